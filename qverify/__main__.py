@@ -1,0 +1,5 @@
+import sys
+
+from qverify.cli import main
+
+sys.exit(main())

@@ -1,0 +1,233 @@
+"""The pipeline's data model: typed artifacts passed between build → serve → eval → gate → report.
+
+Every model round-trips through JSON (`model_dump_json` / `model_validate_json`);
+everything a result depends on (recipe, suite version, sampling, server command)
+is recorded on the artifact that holds the result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def content_hash(obj: Any, n: int = 16) -> str:
+    """Stable hash of JSON-able content: sorted keys, no whitespace, sha256 prefix."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:n]
+
+
+def utcnow() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- build
+
+
+class SchemeSummary(Strict):
+    """One quantization scheme as applied to the model."""
+
+    scheme: str = Field(description="e.g. NVFP4, FP8_DYNAMIC, or 'kv_cache:fp8'")
+    targets: list[str] = Field(default_factory=list)
+    modules: int = Field(0, description="number of Linear modules quantized with this scheme")
+    params: int = Field(0, description="parameters in those modules")
+    format: str | None = Field(None, description="compressed-tensors format, e.g. nvfp4-pack-quantized")
+
+
+class BuildManifest(Strict):
+    """`build.json`: what a serving build is and where it came from."""
+
+    build_id: str = Field(description="content hash of (source tensors, recipe, calibration, versions)")
+    recipe: str
+    recipe_hash: str
+    recipe_text: str
+    source_model: str
+    source_hash: str = Field(description="hash over the source model's tensor hashes")
+    drafter: str | None = Field(None, description="source drafter path, if the build has one")
+    calibration: dict[str, Any] = Field(default_factory=dict, description="fingerprint, samples, seq_len")
+    versions: dict[str, str] = Field(default_factory=dict)
+    quantization: list[SchemeSummary] = Field(default_factory=list)
+    serving: dict[str, Any] = Field(default_factory=dict, description="serving settings the recipe implies")
+    bytes_by_dtype: dict[str, int] = Field(default_factory=dict)
+    total_bytes: int = 0
+    kv_dtype: str = "bf16"
+    kv_bytes_per_token: int = 0
+    tensor_hashes: dict[str, str] = Field(default_factory=dict, description="file -> tensor name -> sha256 (flattened 'file::name')")
+    control: bool = Field(False, description="a lossy control build, expected to FAIL the gate")
+    created: str = Field(default_factory=utcnow)
+
+
+# --------------------------------------------------------------------------- serve
+
+
+class ServingProfile(Strict):
+    """How a build is served: backend, parallelism and extra flags."""
+
+    name: str = "local"
+    backend: Literal["local", "sglang", "endpoint"] = "local"
+    tp: int = 1
+    flags: dict[str, Any] = Field(default_factory=dict, description="backend flags, e.g. SGLang CLI options")
+    endpoint: str | None = None
+    api_key_env: str | None = Field(None, description="environment variable holding the API key (never the key)")
+    command_prefix: str | None = Field(None, description="launcher template for multi-node, e.g. 'srun -N2 {cmd}'")
+
+
+class Endpoint(Strict):
+    base_url: str
+    model: str
+    api_key: str = Field("EMPTY", exclude=True, repr=False)
+
+
+# --------------------------------------------------------------------------- suites
+
+
+class Sampling(Strict):
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    stop: list[str] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+
+
+class Item(Strict):
+    """One evaluation item. `id` is a content hash so results pair across builds."""
+
+    id: str
+    suite: str
+    split: Literal["train", "held-out"] = "held-out"
+    kind: Literal["chat", "completion"] = "chat"
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    prompt: str | None = Field(None, description="raw prompt for completion-style items (kld)")
+    target: dict[str, Any] = Field(default_factory=dict, description="what the scorer needs: tests, expected calls, answer")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def make(cls, suite: str, split: str, **content: Any) -> "Item":
+        key = {k: content.get(k) for k in ("messages", "tools", "prompt", "target", "kind")}
+        return cls(id=f"{suite}-{content_hash(key, 12)}", suite=suite, split=split, **content)
+
+
+class ToolCall(Strict):
+    id: str | None = None
+    name: str
+    arguments: str = Field(description="raw JSON text as the server returned it")
+
+
+class Response(Strict):
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict[str, int] = Field(default_factory=dict)
+    logprobs: list[dict[str, Any]] | None = Field(None, description="per token: {token, logprob, top: {tok: lp}}")
+    meta_info: dict[str, Any] = Field(default_factory=dict)
+
+
+class Score(Strict):
+    """A scorer's verdict on one response. `values` are per-item metric values in [0,1] (or a distance)."""
+
+    values: dict[str, float]
+    reason: str | None = Field(None, description="why it failed, in a few words; None when it passed")
+    answer: str | None = Field(None, description="what was extracted from the response")
+
+
+class ItemResult(Strict):
+    """One (item, replicate) outcome, one line of r<k>.jsonl."""
+
+    item_id: str
+    suite: str
+    replicate: int
+    seed: int
+    request_hash: str
+    response: Response | None = None
+    scores: dict[str, float] = Field(default_factory=dict)
+    reason: str | None = None
+    error: str | None = Field(None, description="infrastructure error class; such results are never scored")
+    latency_s: float | None = None
+    ttft_s: float | None = None
+    accept_length: float | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- eval
+
+
+class RunManifest(Strict):
+    """Binds a run's results to everything they depend on."""
+
+    build_id: str
+    suite: str
+    suite_version: str
+    item_set_hash: str
+    n_items: int
+    replicates: int
+    split: str = "held-out"
+    source: str = "synthetic"
+    sampling: Sampling
+    serving: ServingProfile
+    server_command: list[str] | None = None
+    server_info: dict[str, Any] = Field(default_factory=dict)
+    versions: dict[str, str] = Field(default_factory=dict)
+    error_budget: float = 0.02
+    error_rate: float = 0.0
+    complete: bool = False
+    perf: dict[str, float] = Field(default_factory=dict, description="ttft, decode tok/s, accept length")
+    started: str = Field(default_factory=utcnow)
+    finished: str | None = None
+
+
+# --------------------------------------------------------------------------- gate
+
+Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+
+
+class MetricResult(Strict):
+    metric: str = Field(description="suite/metric, e.g. coding/pass@1")
+    direction: Literal["higher", "lower"] = "higher"
+    gated: bool = True
+    baseline_mean: float
+    candidate_mean: float
+    baseline_spread: list[float] = Field(default_factory=list, description="per-replicate means")
+    candidate_spread: list[float] = Field(default_factory=list)
+    delta: float
+    ci_low: float
+    ci_high: float
+    noise_band: float
+    tolerance: float
+    mde: float
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    flips: dict[str, float] = Field(default_factory=dict)
+    n_items: int = 0
+    method: str = "paired-bootstrap"
+    verdict: Verdict
+    reason: str
+    advice: str | None = None
+
+
+class CandidateReport(Strict):
+    build_id: str
+    recipe: str
+    verdict: Verdict
+    reasons: list[str] = Field(default_factory=list)
+    metrics: list[MetricResult] = Field(default_factory=list)
+    perf: dict[str, float] = Field(default_factory=dict)
+
+
+class GateReport(Strict):
+    gate_id: str
+    baseline: str
+    baseline_recipe: str = "bf16"
+    verdict: Verdict
+    candidates: list[CandidateReport]
+    config: dict[str, Any] = Field(default_factory=dict)
+    created: str = Field(default_factory=utcnow)

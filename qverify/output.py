@@ -1,0 +1,44 @@
+"""One output sink for human (rich), --json and quiet modes (the hf CLI's pattern)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+@dataclass
+class Output:
+    json_mode: bool = False
+    verbose: bool = False
+    console: Console = field(default_factory=lambda: Console(stderr=False))
+    err: Console = field(default_factory=lambda: Console(stderr=True))
+
+    def data(self, obj: Any) -> None:
+        """Machine-readable result: printed as JSON with --json, otherwise by the caller's table."""
+        if self.json_mode:
+            sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+    def table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:
+        if self.json_mode:
+            return
+        t = Table(title=title)
+        for c in columns:
+            t.add_column(c)
+        for r in rows:
+            t.add_row(*[("" if v is None else str(v)) for v in r])
+        self.console.print(t)
+
+    def info(self, msg: str) -> None:
+        if not self.json_mode:
+            self.err.print(msg)
+
+    def warn(self, msg: str) -> None:
+        self.err.print(f"[yellow]warning:[/yellow] {msg}")
+
+    def error(self, msg: str) -> None:
+        self.err.print(f"[red]error:[/red] {msg}", highlight=False)

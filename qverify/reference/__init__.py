@@ -1,0 +1,1 @@
+"""Training the embedded reference model qverify-tiny and its drafter (scripts/train_reference_model.py)."""

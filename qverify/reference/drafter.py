@@ -1,0 +1,74 @@
+"""The drafter: distilled on the target's own greedy outputs (sequence-level KD), and its acceptance."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import torch
+
+from qverify.reference import data
+from qverify.reference.evaluate import generate
+from qverify.reference.train import TrainConfig, train
+
+
+def target_outputs(target, tok, work: Path, n_prompts: int) -> list[data.Example]:
+    path = work / "distill.jsonl"
+    if path.exists():
+        rows = [json.loads(x) for x in path.read_text().splitlines()]
+        if len(rows) >= n_prompts:
+            return [data.Example(r["prompt"], r["answer"]) for r in rows]
+    count = lambda s: len(tok(s, add_special_tokens=False)["input_ids"])  # noqa: E731
+    exs: list[data.Example] = []
+    for s in range(n_prompts // 8):
+        task = ["coding", "toolcall", "longctx", "coding", "toolcall"][s % 5]
+        exs += data.examples(task, 8, 10_000 + s, count, random.Random(s).choice([128, 256, 512]))
+    outs = generate(target, tok, [e.prompt for e in exs], 96, batch=8)
+    rows = [{"prompt": e.prompt, "answer": text} for e, (text, _f) in zip(exs, outs)]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return [data.Example(r["prompt"], r["answer"]) for r in rows]
+
+
+def distill(draft, target, tok, cfg: TrainConfig, work: Path, n_prompts: int) -> dict:
+    pool = target_outputs(target, tok, work, n_prompts)
+
+    def task_fn(rng, progress):
+        return "distill", 0
+
+    def example_fn(task, bsz, seed, count, length):
+        rng = random.Random(seed)
+        return [rng.choice(pool) for _ in range(bsz)]
+
+    return train(draft, tok, cfg, work, task_fn=task_fn, example_fn=example_fn, tag="drafter")
+
+
+@torch.no_grad()
+def acceptance(target, draft, tok, n: int = 40) -> dict[str, float]:
+    """Target tokens per target forward pass under assisted greedy decoding, on held-out coding items."""
+    from qverify.suites.coding import CodingSuite
+
+    calls = {"n": 0}
+    hook = target.register_forward_hook(lambda *a: calls.__setitem__("n", calls["n"] + 1))
+    produced, identical = 0, 0
+    eos = tok.eos_token_id
+    try:
+        for item in CodingSuite().items("held-out", n):
+            prompt = tok.apply_chat_template(item.messages, tokenize=False, add_generation_prompt=True)
+            enc = tok(prompt, return_tensors="pt", add_special_tokens=False)
+            before = calls["n"]
+            out = target.generate(**enc, assistant_model=draft, max_new_tokens=80, do_sample=False,
+                                  eos_token_id=eos, pad_token_id=tok.pad_token_id)
+            new = out.shape[1] - enc["input_ids"].shape[1]
+            produced += new
+            calls["n"] = before + (calls["n"] - before)
+            plain = target.generate(**enc, max_new_tokens=80, do_sample=False, eos_token_id=eos, pad_token_id=tok.pad_token_id)
+            identical += int(torch.equal(out, plain))
+            calls["n"] -= 0
+            calls["plain"] = calls.get("plain", 0) + (plain.shape[1] - enc["input_ids"].shape[1])
+    finally:
+        hook.remove()
+    # every plain greedy step is one target forward; subtract them to leave the assisted forwards
+    assisted_forwards = calls["n"] - calls["plain"]
+    return {"accept_length": round(produced / max(assisted_forwards, 1), 3), "items": n,
+            "greedy_identical": identical / n}

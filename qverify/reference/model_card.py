@@ -1,0 +1,85 @@
+"""Write the trained target + drafter and the model card (README.md) under qverify/assets/."""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+from pathlib import Path
+
+import torch
+
+from qverify.reference.arch import param_counts
+from qverify.reference.train import config_dict
+
+
+def _save(model, tok, path: Path) -> None:
+    model = model.to("cpu").to(torch.bfloat16)
+    model.save_pretrained(path, safe_serialization=True)
+    tok.save_pretrained(path)
+    model.to(torch.float32)
+
+
+def write(out: Path, target, draft, tok, state, dstate, final, accept, cfg, dcfg, device, wall_s, threads) -> None:
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    _save(target, tok, tmp)
+    _save(draft, tok, tmp / "drafter")
+    pc, dpc = param_counts(target), param_counts(draft)
+    training = {"target": {"config": config_dict(cfg), "tokens": state["seen"], "minutes": round(state["wall"] / 60, 1),
+                           "curve": state["curve"]},
+                "drafter": {"config": config_dict(dcfg), "tokens": dstate["seen"], "minutes": round(dstate["wall"] / 60, 1)},
+                "device": device, "threads": threads, "machine": platform.processor() or platform.machine(),
+                "held_out": final, "acceptance": accept, "params": pc, "drafter_params": dpc,
+                "total_wall_minutes": round(wall_s / 60, 1)}
+    (tmp / "training.json").write_text(json.dumps(training, indent=2))
+    (tmp / "README.md").write_text(card(training))
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+
+
+def card(t: dict) -> str:
+    curve = "\n".join(
+        f"| {c['tokens'] / 1e6:.1f}M | {c['minutes']} | {c.get('coding/pass@1', '')} | {c.get('toolcall/exact_call', '')} | {c.get('longctx/accuracy', '')} |"
+        for c in t["target"]["curve"])
+    held = "\n".join(f"| {k} | {v} |" for k, v in sorted(t["held_out"].items()))
+    return f"""# qverify-tiny
+
+The embedded reference model of qverify: a transformers `DeepseekV3ForCausalLM` (the DeepSeek-V3 /
+Kimi K2 architecture) trained from scratch on CPU by `scripts/train_reference_model.py` on the
+suites' **train** split. It exists so that `qverify build` + `qverify gate` give real scores that
+quantization can move, with no model hub.
+
+## Architecture
+- MLA attention with kv_lora_rank 512 and qk_rope_head_dim 64: 576 KV values per token per layer, as in DeepSeek-V3.
+- hidden 128, 3 layers (`first_k_dense_replace=1`), 8 routed experts top-2 + 1 shared expert per MoE layer.
+- vocab 768 (byte-level BPE; words, whitespace runs, single digits and punctuation pre-split), Kimi-K2 chat and tool-call format.
+- Parameters: {t['params']['total']:,} total, {t['params']['active']:,} active per token.
+- Drafter (`drafter/`): 2 dense layers, hidden 96, {t['drafter_params']['total']:,} parameters, same tokenizer.
+
+## Training
+- Target: {t['target']['tokens'] / 1e6:.1f}M tokens in {t['target']['minutes']} min on {t['device']} ({t['threads']} threads).
+  AdamW fp32, LR 3e-3 cosine, loss = mean over all tokens + mean over answer tokens; a copy warm-up (first 12%),
+  then coding 30% / toolcall 30% / longctx 35% / copy 5%, long-context length ramped 128 → 1024 tokens.
+- Drafter: distilled on the target's own greedy outputs for train prompts, {t['drafter']['tokens'] / 1e6:.1f}M tokens in {t['drafter']['minutes']} min.
+- Whole script: {t['total_wall_minutes']} min wall. Config and curve: `training.json`.
+
+### Learning curve (greedy, held-out, {t['target']['config']['eval_n']} items per suite)
+| tokens | minutes | coding pass@1 | toolcall exact | longctx acc |
+|---|---|---|---|---|
+{curve}
+
+## Held-out scores (greedy, bf16 weights, the suites' own scorers)
+| metric | score |
+|---|---|
+{held}
+
+## Speculative decoding
+Acceptance under transformers assisted greedy decoding on held-out coding items:
+{t['acceptance']['accept_length']} target tokens per target forward pass; assisted output identical to plain greedy on
+{t['acceptance']['greedy_identical'] * 100:.0f}% of items.
+
+## Quantization sensitivity
+See the README's "Quantization sensitivity" table (measured with `qverify eval` on each built-in recipe).
+"""

@@ -1,0 +1,124 @@
+"""A suite = items + request + scorer + metrics, in one file per suite (inspect_ai's shape).
+
+Suites register by name with `@suites.register("name")`. Scorers never raise on model
+output: a malformed response is a scored failure with a reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, Literal
+
+from qverify.models import Item, ItemResult, Response, Sampling, Score, content_hash
+from qverify.registry import Registry
+
+Split = Literal["train", "held-out"]
+TokenCounter = Callable[[str], int]
+
+HELD_OUT_FRACTION = 0.2  # of each generator's key space
+
+
+def split_of(key: str) -> Split:
+    """Assign a generated item to a split by hashing its identity key.
+
+    Generators draw candidates from one seeded stream and keep only those whose
+    key hashes into the requested split, so train and held-out are disjoint by
+    construction, whatever the seeds.
+    """
+    h = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
+    return "held-out" if (h % 1000) < HELD_OUT_FRACTION * 1000 else "train"
+
+
+def split_rng(suite: str, split: Split, seed: int) -> random.Random:
+    return random.Random(f"{suite}:{split}:{seed}")
+
+
+def approx_tokens(text: str) -> int:
+    """Fallback token count when no tokenizer is given (~3.2 chars/token for code-like text)."""
+    return max(1, round(len(text) / 3.2))
+
+
+class Suite(ABC):
+    """Base for every suite. Subclasses set the ClassVars and implement items() and score()."""
+
+    name: ClassVar[str]
+    version: ClassVar[str]
+    description: ClassVar[str]
+    primary_metric: ClassVar[str]
+    metrics_higher_is_better: ClassVar[dict[str, bool]] = {}
+    sampling: ClassVar[Sampling] = Sampling()
+    sources: ClassVar[tuple[str, ...]] = ("synthetic",)
+    default_n: ClassVar[int] = 40  # held-out items used by default for the embedded model
+    pairwise: ClassVar[bool] = False  # metrics computed against the baseline at gate time (verifier, kld)
+
+    def __init__(self, count_tokens: TokenCounter | None = None, **options: Any):
+        self.count_tokens = count_tokens or approx_tokens
+        self.options = options
+
+    # -- items ---------------------------------------------------------------
+    @abstractmethod
+    def items(self, split: Split = "held-out", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
+        """Deterministic items for (split, n, seed, source)."""
+
+    def item_counts(self) -> dict[str, str]:
+        return {src: "generated" if src == "synthetic" else "?" for src in self.sources}
+
+    # -- request ---------------------------------------------------------------
+    def request(self, item: Item, sampling: Sampling | None = None) -> dict[str, Any]:
+        """OpenAI-compatible request body (without `model`) for one item."""
+        s = sampling or self.sampling
+        body: dict[str, Any] = {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens}
+        if s.stop:
+            body["stop"] = s.stop
+        if item.kind == "completion":
+            body["prompt"] = item.prompt
+            if s.logprobs:
+                body.update(echo=True, logprobs=s.top_logprobs or 5)
+        else:
+            body["messages"] = item.messages
+            if item.tools:
+                body["tools"] = item.tools
+            if s.logprobs:
+                body.update(logprobs=True, top_logprobs=s.top_logprobs or 5)
+        return body
+
+    # -- scoring ---------------------------------------------------------------
+    @abstractmethod
+    def score(self, item: Item, response: Response) -> Score:
+        """Score one response. Must not raise on any model output."""
+
+    def safe_score(self, item: Item, response: Response) -> Score:
+        try:
+            return self.score(item, response)
+        except Exception as e:  # a scorer bug must not kill a run; it is a scored failure with the reason
+            return Score(values={self.primary_metric: 0.0}, reason=f"scorer error: {type(e).__name__}: {e}")
+
+    def aggregate(self, results: Iterable[ItemResult]) -> dict[str, float]:
+        """Mean of each per-item value over scored (non-error) results."""
+        sums: dict[str, list[float]] = defaultdict(list)
+        for r in results:
+            if r.error is None:
+                for k, v in r.scores.items():
+                    sums[k].append(v)
+        return {k: sum(v) / len(v) for k, v in sorted(sums.items())}
+
+
+def item_set_hash(items: list[Item]) -> str:
+    return content_hash(sorted(i.id for i in items))
+
+
+suites: Registry[type[Suite]] = Registry("suite")
+
+
+def get_suite(name: str, **kwargs: Any) -> Suite:
+    """Instantiate a suite by name. `lmeval:<task>` is routed to the lm-eval adapter."""
+    import qverify.suites  # noqa: F401  (imports register every suite)
+
+    if name.startswith("lmeval:"):
+        cls = suites.get("lmeval")
+        return cls(task=name.split(":", 1)[1], **kwargs)
+    return suites.get(name)(**kwargs)

@@ -1,0 +1,102 @@
+"""kld: token-distribution distance to the baseline on a fixed corpus (llama.cpp's KL statistics).
+
+Each item is a held-out coding-agent transcript; the request asks for prompt-token
+logprobs (`/v1/completions`, echo, logprobs=k). Distances need the baseline's
+logprobs for the same tokens, so they are computed at gate time with `kl_stats`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from qverify.chatfmt import render_chat
+from qverify.models import Item, Response, Sampling, Score
+from qverify.suites.base import Split, Suite, split_rng, suites
+
+TOP_K = 5
+
+
+def _probs(top: dict[str, float]) -> dict[str, float]:
+    return {t: math.exp(lp) for t, lp in top.items()}
+
+
+def token_kl(base_top: dict[str, float], cand_top: dict[str, float]) -> float:
+    """KL(base || cand) over base's top-k tokens plus one lumped tail bucket.
+
+    Servers return only top-k logprobs, so the full-vocabulary KL llama.cpp computes is
+    not available; tokens of base's top-k missing from cand's top-k get cand's
+    remaining mass split evenly, an approximation that is exact when the top-k sets match.
+    """
+    p, q = _probs(base_top), _probs(cand_top)
+    missing = [t for t in p if t not in q]
+    q_rest = max(1.0 - sum(q.values()), 1e-10)
+    fill = q_rest / (len(missing) + 1)
+    qs = {t: q.get(t, fill) for t in p}
+    p_tail = max(1.0 - sum(p.values()), 0.0)
+    q_tail = max(1.0 - sum(qs.values()), 1e-10)
+    kl = sum(pi * math.log(pi / max(qs[t], 1e-10)) for t, pi in p.items() if pi > 0)
+    if p_tail > 1e-8:
+        kl += p_tail * math.log(p_tail / q_tail)
+    return max(kl, 0.0)
+
+
+def kl_stats(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> dict[str, float]:
+    """llama.cpp-style statistics for one item: mean/p99 KLD, same-top %, mean and RMS Δp.
+
+    `base`/`cand`: per token {token, logprob, top: {tok: logprob}}; tokens align by position.
+    Δp is the change in the probability of the actual next token.
+    """
+    n = min(len(base), len(cand))
+    kls, same, dps = [], [], []
+    for b, c in zip(base[:n], cand[:n]):
+        if not b.get("top") or not c.get("top") or b.get("logprob") is None or c.get("logprob") is None:
+            continue
+        kls.append(token_kl(b["top"], c["top"]))
+        same.append(float(max(b["top"], key=b["top"].get) == max(c["top"], key=c["top"].get)))
+        dps.append(math.exp(c["logprob"]) - math.exp(b["logprob"]))
+    if not kls:
+        return {}
+    kl = np.array(kls)
+    dp = np.array(dps)
+    return {"kld": float(kl.mean()), "kld_p99": float(np.percentile(kl, 99)), "same_top": float(np.mean(same)),
+            "dp_mean": float(dp.mean()), "dp_rms": float(np.sqrt((dp ** 2).mean())), "n_tokens": float(len(kls))}
+
+
+@suites.register("kld")
+class KLDSuite(Suite):
+    name = "kld"
+    version = "1"
+    description = "KL divergence / same-top-token / Δp of prompt-token distributions against the baseline."
+    primary_metric = "kld"
+    sampling: ClassVar[Sampling] = Sampling(temperature=0.0, max_tokens=1, logprobs=True, top_logprobs=TOP_K)
+    default_n = 24
+    pairwise = True
+
+    def items(self, split: Split = "held-out", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
+        from qverify.suites.toolcall import generate_toolcall_items, reference_message
+        from qverify.suites.coding import CodingSuite
+
+        n = n or self.default_n
+        rng = split_rng(self.name, split, seed)
+        coding = CodingSuite().items(split, n, seed + 7)
+        tools = generate_toolcall_items("kld", split, n, seed + 7)
+        out = []
+        for i in range(n):
+            if rng.random() < 0.5:
+                it = coding[i]
+                msgs = it.messages + [{"role": "assistant", "content": it.target["reference"]}]
+                text = render_chat(msgs, None, add_generation_prompt=False)
+            else:
+                it = tools[i]
+                text = render_chat(it.messages + [reference_message(it)], it.tools, add_generation_prompt=False)
+            out.append(Item.make(self.name, split, kind="completion", prompt=text, metadata={"from": it.suite}))
+        return out
+
+    def score(self, item: Item, response: Response) -> Score:
+        n = len(response.logprobs or [])
+        if n == 0:
+            return Score(values={"has_logprobs": 0.0}, reason="no prompt logprobs returned")
+        return Score(values={"has_logprobs": 1.0})
