@@ -28,7 +28,7 @@ class TrainConfig:
     min_lr_frac: float = 0.05
     weight_decay: float = 0.01
     batch_tokens: int = 4096
-    max_batch: int = 24
+    max_batch: int = 64
     seed: int = 0
     ckpt_every_s: float = 120.0
     eval_every_tokens: int = 5_000_000
