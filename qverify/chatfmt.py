@@ -27,14 +27,15 @@ SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", IM_END, *ROLE_TOKENS, SECTION_BEGIN, SEC
 MARKUP = [SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARG_BEGIN, CALL_END]
 
 # Jinja chat template stored in tokenizer_config.json. Mirrors `render_chat` below; a test
-# checks both produce the same text.
+# checks both produce the same text. Newlines are emitted as `{{ '\\n' }}` expressions because
+# Jinja's `-%}` / `{%-` whitespace control strips literal newlines next to tags.
 CHAT_TEMPLATE = (
     "{%- set ns = namespace(idx=0) -%}"
     "{%- if tools -%}"
-    "<|im_system|>tools<|im_middle|># Tools\n"
+    "<|im_system|>tools<|im_middle|># Tools"
     "{%- for t in tools -%}{%- set f = t.function if t.function is defined else t -%}"
     "{%- set req = f.parameters.required if f.parameters.required is defined else [] -%}"
-    "\n- {{ f.name }}("
+    "{{ '\\n- ' }}{{ f.name }}("
     "{%- for pname, p in f.parameters.properties.items() -%}"
     "{{ pname }}{% if pname not in req %}?{% endif %}: {{ p.type }}{% if not loop.last %}, {% endif %}"
     "{%- endfor -%}): {{ f.description }}"

@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover
     from click import exceptions as click_exc
 
 from qverify import __version__
-from qverify.errors import ExitCode, QVerifyError
+from qverify.errors import ExitCode, InfraError, QVerifyError
 
 app = typer.Typer(
     name="qverify",
@@ -79,7 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     except QVerifyError as e:
         if verbose:
             traceback.print_exc()
-        print(f"error: {e.one_line()}", file=sys.stderr)
+        # infrastructure errors carry a server log tail: keep its line breaks readable
+        msg = f"{e}\n(fix: {e.fix})" if isinstance(e, InfraError) and e.fix else (str(e) if isinstance(e, InfraError) else e.one_line())
+        print(f"error: {msg}", file=sys.stderr)
         return _exit(e.exit_code)
     except (KeyboardInterrupt, getattr(click_exc, "Abort", KeyboardInterrupt)):
         return _exit(130)

@@ -212,6 +212,7 @@ class MetricResult(Strict):
     verdict: Verdict
     reason: str
     advice: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict, description="noise model, band level, SE, McNemar, F1 floor, ...")
 
 
 class CandidateReport(Strict):
@@ -221,6 +222,7 @@ class CandidateReport(Strict):
     reasons: list[str] = Field(default_factory=list)
     metrics: list[MetricResult] = Field(default_factory=list)
     perf: dict[str, float] = Field(default_factory=dict)
+    integrity: list[str] = Field(default_factory=list, description="why the gate refused to pass (empty: runs are comparable)")
 
 
 class GateReport(Strict):

@@ -48,6 +48,9 @@ def main() -> None:
         tok = tokenizer.train_tokenizer(data.corpus_for_tokenizer(), vocab_size=768)
         tokenizer.save_tokenizer(tok, tok_dir)
     tok = PreTrainedTokenizerFast.from_pretrained(tok_dir)
+    from qverify.chatfmt import CHAT_TEMPLATE
+
+    tok.chat_template = CHAT_TEMPLATE  # the template evolves with chatfmt; the BPE model does not
     ids = dict(vocab_size=len(tok), bos=tok.bos_token_id, eos=tok.eos_token_id, pad=tok.pad_token_id)
 
     torch.manual_seed(0)

@@ -1,28 +1,135 @@
-"""Placeholder until its issue lands: a clear 'not implemented yet' with a non-zero exit."""
+"""`qverify build`, `qverify builds`, `qverify verify-build`: serving builds and their integrity."""
 
 from __future__ import annotations
 
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-from qverify.commands._common import not_implemented
+from qverify.commands._common import state
 
 
-def build_cmd() -> None:
-    """Build a serving build from a recipe with llm-compressor."""
-    not_implemented('build', 'issue 5: qverify build')
+def _quiet(verbose: bool) -> None:
+    """Silence library chatter (progress bars, loguru, load reports) unless -v; stdout stays clean for --json."""
+    if verbose:
+        return
+    for var in ("TQDM_DISABLE", "LLM_COMPRESSOR_LOG_DISABLED", "COMPRESSED_TENSORS_LOG_DISABLED"):
+        os.environ.setdefault(var, "1" if var == "TQDM_DISABLE" else "true")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    for name in ("compressed_tensors", "transformers", "llmcompressor", "datasets"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    try:
+        from loguru import logger
+
+        logger.disable("llmcompressor")
+        logger.disable("compressed_tensors")
+    except ImportError:  # pragma: no cover - loguru comes with llm-compressor
+        pass
 
 
-def builds_cmd() -> None:
-    """List builds in the workdir."""
-    not_implemented('builds', 'issue 5: qverify build')
+def build_cmd(
+    ctx: typer.Context,
+    recipe: Annotated[str, typer.Option("--recipe", help="built-in recipe name (qverify recipes) or a recipe YAML file")],
+    model: Annotated[Path | None, typer.Option("--model", help="local HF model dir (default: the embedded qverify-tiny)")] = None,
+    drafter: Annotated[Path | None, typer.Option("--drafter", help="drafter model dir (default: <model>/drafter if present)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="build dir (default: <workdir>/builds/<build-id>)")] = None,
+    calib_data: Annotated[str | None, typer.Option("--calib-data", help="mix (default), coding, toolcall, longctx, or a .jsonl/.parquet file")] = None,
+    calib_samples: Annotated[int | None, typer.Option("--calib-samples", help="calibration samples (default: the recipe's)")] = None,
+    calib_seq_len: Annotated[int | None, typer.Option("--calib-seq-len", help="tokens per calibration sample (default: the recipe's)")] = None,
+    force: Annotated[bool, typer.Option("--force", help="rebuild even if the same build exists")] = False,
+) -> None:
+    """Build a serving build from a recipe with llm-compressor, then verify it loads exactly."""
+    s = state(ctx)
+    _quiet(s.verbose)
+    from qverify.quantize.build import build
+
+    status = None if s.out.json_mode else s.out.err.status(f"building {recipe}")
+
+    def on_stage(name: str, seconds: float | None) -> None:
+        if status is None:
+            return
+        if seconds is None:
+            status.update(f"[bold]{name}[/bold] …")
+        else:
+            s.out.err.print(f"  [green]✓[/green] {name} [dim]{seconds:.1f}s[/dim]")
+
+    if status:
+        status.start()
+    try:
+        res = build(recipe, model=model, drafter=drafter, workdir=s.workdir.root, out=out, calib_data=calib_data,
+                    calib_samples=calib_samples, calib_seq_len=calib_seq_len, force=force, on_stage=on_stage)
+    finally:
+        if status:
+            status.stop()
+    m = res.manifest
+    s.out.data({"build_id": m.build_id, "build_dir": str(res.build_dir), "reused": res.reused, "recipe": m.recipe,
+                "control": m.control, "kv_bytes_per_token": m.kv_bytes_per_token, "total_bytes": m.total_bytes,
+                "seconds": res.seconds, "verify": res.verify.model_dump() if res.verify else None})
+    if not s.out.json_mode:
+        what = "reused existing build" if res.reused else "built and verified"
+        s.out.console.print(f"{what}: [bold]{m.build_id}[/bold]  {res.build_dir}", highlight=False)
+        for q in m.quantization:
+            s.out.console.print(f"  {q.scheme}: {q.modules} modules, {q.params:,} params, {q.format}", highlight=False)
+        s.out.console.print(f"  KV cache {m.kv_dtype}: {m.kv_bytes_per_token:,} bytes/token; weights {m.total_bytes:,} bytes",
+                            highlight=False)
 
 
-def verify_build_cmd() -> None:
-    """Check a build's load integrity and tensor hashes."""
-    not_implemented('verify-build', 'issue 5: qverify build')
+def _size(p: Path) -> int:
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+def builds_cmd(ctx: typer.Context) -> None:
+    """List builds in the workdir: id, recipe, source, size, KV bytes/token, created."""
+    from qverify.models import BuildManifest
+
+    s = state(ctx)
+    rows, data = [], []
+    root = s.workdir.builds
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        if d.name.startswith(".") or not (d / "build.json").is_file():
+            continue  # temp dirs of running or killed builds
+        try:
+            m = BuildManifest.model_validate_json((d / "build.json").read_text())
+        except ValueError:
+            rows.append([d.name, "?", "invalid build.json", "", "", ""])
+            continue
+        size = _size(d)
+        rows.append([m.build_id, m.recipe + (" (control)" if m.control else ""), m.source_model,
+                     f"{size / 1e6:.1f} MB", m.kv_bytes_per_token, m.created])
+        data.append({"build_id": m.build_id, "recipe": m.recipe, "control": m.control, "source": m.source_model,
+                     "size_bytes": size, "kv_bytes_per_token": m.kv_bytes_per_token, "created": m.created, "dir": str(d)})
+    s.out.table(f"builds ({root})", ["id", "recipe", "source", "size", "KV B/token", "created"], rows)
+    s.out.data(data)
+
+
+def verify_build_cmd(
+    ctx: typer.Context,
+    build: Annotated[str, typer.Argument(help="build dir, or a build id under <workdir>/builds")],
+) -> None:
+    """Check a build's file/tensor hashes against build.json and reload it with the serving loader."""
+    s = state(ctx)
+    _quiet(s.verbose)
+    from qverify.quantize.loader import verify_build
+
+    p = Path(build)
+    if not p.is_dir() and (s.workdir.builds / build).is_dir():
+        p = s.workdir.builds / build
+    report = verify_build(p)
+    s.out.data(report.model_dump())
+    if not s.out.json_mode:
+        s.out.console.print(f"[green]OK[/green] {report.build_id}: {report.hashed} hashes match build.json, "
+                            f"{report.compared} reloaded tensors equal the checkpoint "
+                            f"(target: {report.target_load}" + (f", drafter: {report.drafter_load}" if report.drafter_load else "")
+                            + f"; {report.seconds:.1f}s)", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
-    app.command('build', help='Build a serving build from a recipe with llm-compressor.')(build_cmd)
-    app.command('builds', help='List builds in the workdir.')(builds_cmd)
-    app.command('verify-build', help="Check a build's load integrity and tensor hashes.")(verify_build_cmd)
+    app.command("build", help="Build a serving build from a recipe with llm-compressor.")(build_cmd)
+    app.command("builds", help="List builds in the workdir.")(builds_cmd)
+    app.command("verify-build", help="Check a build's load integrity and tensor hashes.")(verify_build_cmd)

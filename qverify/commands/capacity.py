@@ -1,16 +1,81 @@
-"""Placeholder until its issue lands: a clear 'not implemented yet' with a non-zero exit."""
+"""`qverify capacity`: weights per GPU, free HBM, KV tokens per replica and sessions at a context length."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-from qverify.commands._common import not_implemented
+from qverify.commands._common import state
 
 
-def capacity_cmd() -> None:
+def capacity_cmd(
+    ctx: typer.Context,
+    build: Annotated[str | None, typer.Argument(help="build id in the workdir, or a checkpoint directory")] = None,
+    config: Annotated[str | None, typer.Option("--config", help="model config.json, model dir, or a shipped name (kimi-k2.6)")] = None,
+    recipe: Annotated[str | None, typer.Option("--recipe", help="recipe name or YAML (with --config; default bf16)")] = None,
+    gpu: Annotated[str, typer.Option("--gpu", help="b200, h200 or h100 (or any name with --hbm-gb)")] = "b200",
+    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel GPUs per replica")] = 1,
+    mem_fraction: Annotated[float, typer.Option("--mem-fraction", help="HBM share for weights + KV (SGLang --mem-fraction-static)")] = 1.0,
+    reserve_gb: Annotated[float | None, typer.Option("--reserve-gb", help="activation reserve per GPU; default 10 GiB at --mem-fraction 1, else 0")] = None,
+    context: Annotated[str, typer.Option("--context", help="tokens per session, e.g. 100k")] = "100k",
+    weights_gb: Annotated[float | None, typer.Option("--weights-gb", help="total weight GB, replacing the computed figure")] = None,
+    hbm_gb: Annotated[float | None, typer.Option("--hbm-gb", help="HBM per GPU in GB, replacing the table")] = None,
+) -> None:
     """Plan KV capacity and weight memory for a build on a GPU type."""
-    not_implemented('capacity', 'issue 10: capacity')
+    from qverify.capacity.planner import plan
+    from qverify.capacity.quantplan import quant_plan
+    from qverify.capacity.sources import load_build, load_config, parse_context
+    from qverify.errors import BadInput
+
+    st = state(ctx)
+    if (build is None) == (config is None):
+        raise BadInput("give exactly one of BUILD or --config", fix="e.g. 'qverify capacity --config kimi-k2.6 --recipe nvfp4_experts --gpu b200 --tp 4'")
+    if build is not None:
+        if recipe:
+            raise BadInput("--recipe applies only with --config; a build already fixes its recipe", fix="drop --recipe, or use --config with the build's config.json")
+        b = load_build(build, st.workdir.builds)
+        kwargs = {"config": b.config, "quant": b.quant, "weights": b.weights, "drafter_config": b.drafter_config,
+                  "drafter_weights": b.drafter_weights, "model_name": b.name}
+    else:
+        cfg, name = load_config(config)
+        kwargs = {"config": cfg, "quant": quant_plan(recipe or "bf16"), "model_name": name}
+    p = plan(**kwargs, gpu=gpu, tp=tp, mem_fraction=mem_fraction, activation_reserve_gb=reserve_gb,
+             context=parse_context(context), weights_gb=weights_gb, hbm_gb=hbm_gb)
+    st.out.data(p.model_dump())
+    if not st.out.json_mode:
+        _render(st.out, p)
+
+
+def _render(out, p) -> None:
+    from qverify.capacity.published import fmt_tokens
+
+    gb = lambda b: f"{b / 1e9:,.2f} GB"
+    w = p.weights
+    out.table(f"{p.model} · {p.recipe} · {p.tp}x {p.gpu}", ["", "value"], [
+        ["HBM per GPU", gb(p.hbm_bytes)],
+        ["static pool per GPU", gb(p.static_budget_per_gpu_bytes)],
+        [f"weights ({w.source})", gb(w.total_bytes) + (f" + drafter {gb(p.drafter_weights_bytes)}" if p.drafter_weights_bytes else "")],
+        ["weights per GPU", gb(p.weights_per_gpu_bytes)],
+        ["free for KV per GPU", gb(p.free_per_gpu_bytes) + ("" if p.fits else "  (does not fit)")],
+        [f"KV tokens per replica ({p.kv_dtype})", f"{p.kv_tokens_per_replica:,} ({fmt_tokens(p.kv_tokens_per_replica)})"],
+        [f"sessions at {p.context_tokens:,} tokens", f"{p.sessions_at_context:,}"],
+    ])
+    out.table("KV cache", ["kv dtype", "bytes per token", "per GPU", "tokens per replica", "sessions", "recipe"], [
+        [o.kv_dtype, f"{o.bytes_per_token:,}", f"{o.rank_bytes_per_token:,}",
+         fmt_tokens(o.tokens_per_replica), f"{o.sessions:,}", "*" if o.selected else ""] for o in p.kv
+    ])
+    if w.bytes_by_class:
+        out.table("Weights by module class", ["class", "params", "scheme", "bytes"], [
+            [c, f"{w.params_by_class.get(c, 0) / 1e9:,.3f} B", w.schemes.get(c, "bf16"), gb(b)] for c, b in w.bytes_by_class.items()
+        ])
+    out.console.print("[bold]Assumptions[/bold]")
+    for a in p.assumptions:
+        out.console.print(f"  - {a}", highlight=False)
+    out.console.print("[bold]Notes[/bold]")
+    for n in p.notes:
+        out.console.print(f"  - {n}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
-    app.command('capacity', help='Plan KV capacity and weight memory for a build on a GPU type.')(capacity_cmd)
+    app.command("capacity", help="Plan KV capacity and weight memory for a build on a GPU type.")(capacity_cmd)

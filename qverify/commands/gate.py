@@ -1,16 +1,111 @@
-"""Placeholder until its issue lands: a clear 'not implemented yet' with a non-zero exit."""
+"""`qverify gate`: PASS / FAIL / INCONCLUSIVE for candidate builds against run-to-run noise.
+
+Exit codes: 0 PASS, 1 FAIL, 2 INCONCLUSIVE, 3 the gate refused (runs incomplete or not
+comparable) or infrastructure broke. The rule is in docs/gate.md.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-from qverify.commands._common import not_implemented
+from qverify.commands._common import ConfigOpt, state
 
 
-def gate_cmd() -> None:
+def gate_cmd(
+    ctx: typer.Context,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="baseline build id (or prefix, or recipe name)")] = None,
+    candidate: Annotated[list[str] | None, typer.Option("--candidate", help="candidate build; repeat for several")] = None,
+    recipe: Annotated[str | None, typer.Option("--recipe", help="build + eval + gate this recipe against the config's baseline")] = None,
+    config: ConfigOpt = None,
+    suites: Annotated[str | None, typer.Option("--suites", help="comma-separated suites (default: the config's)")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print the GateReport as JSON")] = False,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="bootstrap resamples")] = 2000,
+    seed: Annotated[int, typer.Option("--seed", help="bootstrap seed (the gate id depends on it)")] = 0,
+) -> None:
     """Decide PASS / FAIL / INCONCLUSIVE against run-to-run noise."""
-    not_implemented('gate', 'issue 8: qverify gate')
+    from qverify.config import load_config
+    from qverify.errors import BadInput
+    from qverify.evals.gate import exit_code, run_gate
+    from qverify.evals.gate.render import render
+
+    s = state(ctx)
+    if json_out:
+        s.out.json_mode = True
+    cfg = load_config(Path(config) if config else None)
+    names = [x.strip() for x in suites.split(",") if x.strip()] if suites else None
+    if baseline and candidate:
+        if recipe:
+            raise BadInput("--recipe and --baseline/--candidate are alternatives", fix="pass one or the other")
+        base_id = resolve_ref(s.workdir, baseline)
+        cand_ids = [resolve_ref(s.workdir, c) for c in candidate]
+    elif baseline or candidate:
+        raise BadInput("--baseline and --candidate go together", fix="pass both, or --recipe NAME, or neither (./qverify.toml)")
+    else:
+        base_id, cand_ids = ensure_runs_hook(s, cfg, recipe, names)
+    report = run_gate(s.workdir, base_id, cand_ids, names, cfg, n_boot=n_boot, seed=seed)
+    if s.out.json_mode:
+        s.out.data(report.model_dump(mode="json"))
+    else:
+        render(report, s.out.console)
+        s.out.info(f"wrote {s.workdir.gate_dir(report.gate_id) / 'gate.json'}")
+    raise typer.Exit(exit_code(report))
+
+
+def ensure_runs_hook(s, cfg, recipe: str | None, suites: list[str] | None) -> tuple[str, list[str]]:
+    """HOOK for `qverify gate --recipe NAME` and bare `qverify gate` (./qverify.toml).
+
+    Calls qverify.evals.pipeline.ensure_runs(workdir, config, baseline=<recipe name>,
+    candidates=[<recipe names>], suites=[...], out=Output) -> (baseline build id, [candidate
+    build ids]), which builds what is missing and runs the missing evals with the configured
+    replicates; until it exists this is a NotImplementedYet (exit 5).
+    """
+    import importlib
+
+    from qverify.errors import NotImplementedYet
+
+    try:
+        pipeline = importlib.import_module("qverify.evals.pipeline")
+    except ModuleNotFoundError as e:
+        if e.name != "qverify.evals.pipeline":
+            raise
+        pipeline = None
+    ensure = getattr(pipeline, "ensure_runs", None)
+    if ensure is None:
+        raise NotImplementedYet("'qverify gate --recipe' (build + eval + gate) is not wired yet",
+                                fix="gate existing runs: qverify gate --baseline BUILD --candidate BUILD")
+    candidates = [recipe] if recipe else list(cfg.candidates)
+    return ensure(s.workdir, cfg, baseline=cfg.baseline, candidates=candidates, suites=suites or list(cfg.suites), out=s.out)
+
+
+def resolve_ref(workdir, ref: str) -> str:
+    """A build id as filed under runs/ and builds/: exact id, unique id prefix, or unique recipe name."""
+    from qverify.errors import BadInput
+    from qverify.models import BuildManifest
+    from qverify.workdir import resolve_build
+
+    if (workdir.runs / ref).is_dir() or (workdir.build_dir(ref) / "build.json").exists():
+        return ref
+    try:
+        path, _ = resolve_build(workdir, ref)
+        return path.name
+    except BadInput:
+        by_recipe = []
+        for p in sorted(workdir.builds.glob("*/build.json")) if workdir.builds.exists() else []:
+            try:
+                if BuildManifest.model_validate_json(p.read_text()).recipe == ref:
+                    by_recipe.append(p.parent.name)
+            except ValueError:
+                continue
+        if len(by_recipe) == 1:
+            return by_recipe[0]
+        if len(by_recipe) > 1:
+            raise BadInput(f"recipe {ref!r} has {len(by_recipe)} builds: {', '.join(by_recipe)}",
+                           fix="pass the build id instead of the recipe name") from None
+        raise
 
 
 def register(app: typer.Typer) -> None:
-    app.command('gate', help='Decide PASS / FAIL / INCONCLUSIVE against run-to-run noise.')(gate_cmd)
+    app.command("gate", help="Decide PASS / FAIL / INCONCLUSIVE against run-to-run noise.")(gate_cmd)

@@ -1,16 +1,85 @@
-"""Placeholder until its issue lands: a clear 'not implemented yet' with a non-zero exit."""
+"""`qverify serve BUILD`: serve a build over the OpenAI-compatible API in the foreground until Ctrl-C."""
 
 from __future__ import annotations
 
+import shlex
+import signal
+import sys
+import time
+from typing import Annotated
+
 import typer
 
-from qverify.commands._common import not_implemented
+from qverify.commands._common import state
+
+BackendOpt = Annotated[str | None, typer.Option("--backend", help="local (CPU, default), sglang, or endpoint")]
+ProfileOpt = Annotated[str | None, typer.Option("--profile", help="built-in profile name (b200-tp4, h200-tp1, local) or a YAML file")]
+PortOpt = Annotated[int | None, typer.Option("--port", help="port to serve on (default: a free one)")]
+EndpointOpt = Annotated[str | None, typer.Option("--endpoint", help="URL of a running server or router (endpoint backend)")]
+KeyEnvOpt = Annotated[str | None, typer.Option("--api-key-env", help="environment variable holding the API key")]
 
 
-def serve_cmd() -> None:
+def serve_cmd(
+    ctx: typer.Context,
+    build: Annotated[str, typer.Argument(help="build id under <workdir>/builds/ (or a unique prefix), or a build dir")],
+    backend: BackendOpt = None,
+    profile: ProfileOpt = None,
+    port: PortOpt = None,
+    endpoint: EndpointOpt = None,
+    api_key_env: KeyEnvOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the launch command and exit")] = False,
+    ready_timeout: Annotated[float, typer.Option("--ready-timeout", help="seconds to wait for readiness")] = 1200.0,
+) -> None:
     """Serve a build over an OpenAI-compatible API (local, sglang, endpoint)."""
-    not_implemented('serve', 'issue 6: qverify serve')
+    from qverify.errors import InfraError
+    from qverify.serve import get_backend
+    from qverify.serve.base import free_port, tail
+    from qverify.serve.profile import resolve_profile
+    from qverify.workdir import resolve_build
+
+    s = state(ctx)
+    prof = resolve_profile(backend, profile, endpoint, api_key_env)
+    build_dir, manifest = resolve_build(s.workdir, build)
+    srv = get_backend(prof.backend)(build_dir, manifest, prof, s.workdir.logs, port=port)
+
+    if dry_run:
+        if srv.port is None and prof.backend != "endpoint":
+            srv.port = free_port()  # so the printed command is a runnable one
+        lines = srv.shell_lines() if hasattr(srv, "shell_lines") else ([shlex.join(c)] if (c := srv.command()) else [])
+        if s.out.json_mode:
+            s.out.data({"backend": prof.backend, "profile": prof.name, "commands": lines, "command": srv.command()})
+        else:
+            sys.stdout.write("\n".join(lines or [f"# nothing to launch: attach to {prof.endpoint}"]) + "\n")
+        return
+
+    # SIGTERM (a scheduler, `timeout`) stops the server exactly as Ctrl-C does
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    t0 = time.monotonic()
+    ep = srv.start()
+    try:
+        srv.wait_ready(ready_timeout)
+        ready_s = time.monotonic() - t0
+        info = srv.info()
+        if s.out.json_mode:
+            s.out.data({"endpoint": ep.base_url, "model": ep.model, "backend": prof.backend, "profile": prof.name,
+                        "ready_s": round(ready_s, 1), "command": srv.command(), "info": info})
+            sys.stdout.flush()
+        else:
+            accept = info.get("avg_spec_accept_length")
+            sys.stdout.write(f"serving {ep.model} at {ep.base_url} ({prof.backend}, profile {prof.name}); "
+                             f"ready in {ready_s:.1f}s; KV capacity {info.get('max_total_num_tokens', '?')} tokens"
+                             + (f"; accept length {accept}" if accept else "") + "\nCtrl-C to stop\n")
+            sys.stdout.flush()
+        while srv.alive():
+            time.sleep(2.0)
+        log = getattr(srv, "log_path", None)
+        raise InfraError(f"the {prof.backend} server stopped answering; last log lines:\n{tail(log) if log else '(no log)'}",
+                         fix=f"see {log}" if log else "check the server")
+    except KeyboardInterrupt:
+        s.out.info("stopping")
+    finally:
+        srv.stop()
 
 
 def register(app: typer.Typer) -> None:
-    app.command('serve', help='Serve a build over an OpenAI-compatible API (local, sglang, endpoint).')(serve_cmd)
+    app.command("serve", help="Serve a build over an OpenAI-compatible API (local, sglang, endpoint).")(serve_cmd)

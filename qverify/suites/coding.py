@@ -19,6 +19,29 @@ def extract_code(text: str) -> str:
     return (m.group(1) if m else (text or "")).strip("\n")
 
 
+def build_program(target: dict, code: str) -> str:
+    """The program the sandbox runs: model code made runnable, then the hidden tests.
+
+    Rule (covers both answer shapes models give for HumanEval-style prompts):
+      - the code defines the entry point (`def NAME(` at column 0): prepend
+        target["prelude"] (the prompt's imports and helpers; "" for synthetic items);
+      - otherwise, when the item has a target["prompt"] ending in a signature and
+        docstring, the code is a body-only completion: append it to the prompt,
+        indenting it by 4 spaces if its first line is not indented;
+      - otherwise the code runs as is (and fails its tests if it lacks the function).
+    """
+    entry = target.get("entry_point")
+    defines = bool(entry) and re.search(rf"^def\s+{re.escape(entry)}\s*\(", code, re.MULTILINE) is not None
+    if defines or "prompt" not in target:
+        head = target.get("prelude", "")
+    else:
+        head = target["prompt"]
+        first = next((ln for ln in code.splitlines() if ln.strip()), "")
+        if not first.startswith((" ", "\t")):
+            code = "\n".join(("    " + ln) if ln.strip() else ln for ln in code.splitlines())
+    return f"{head}{code}\n\n{target['tests']}\n"
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
     if n - c < k:
@@ -77,9 +100,9 @@ class CodingSuite(Suite):
         code = extract_code(response.content or "")
         if not code.strip():
             return Score(values={"pass@1": 0.0}, reason="empty response", answer="")
-        program = item.target.get("prelude", "") + code + "\n\n" + item.target["tests"] + "\n"
-        result = run_tests(program)
-        values = {"pass@1": 1.0 if result.passed else 0.0}
+        result = run_tests(build_program(item.target, code))
+        # `sandboxed` records per item whether the full bwrap sandbox ran (1) or the weak fallback (0)
+        values = {"pass@1": 1.0 if result.passed else 0.0, "sandboxed": 1.0 if result.sandbox == "bwrap" else 0.0}
         level = item.metadata.get("level")
         if level is not None:
             values[f"pass@1/level{level}"] = values["pass@1"]

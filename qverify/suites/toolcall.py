@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import random
 from typing import Any, ClassVar
 
 import jsonschema
@@ -34,7 +33,7 @@ def generate_toolcall_items(suite: str, split: Split, n: int, seed: int) -> list
                 continue
             text = f"{text[:-1]}, and also: {text2[0].lower()}{text2[1:]}"
             calls.append((second, args2))
-        needed = {c[0] for c in calls}
+        needed = list(dict.fromkeys(c[0] for c in calls))  # ordered: a set's order varies with PYTHONHASHSEED
         confusable = [t for c in needed for t in gen.CONFUSABLE.get(c, []) if t not in needed]
         others = [t for t in names if t not in needed and t not in confusable]
         rng.shuffle(others)
@@ -93,6 +92,9 @@ def check_calls(item: Item, response: Response) -> dict[str, Any]:
         except jsonschema.ValidationError as e:
             valid.append(False)
             reasons.append(f"{c.name} arguments invalid: {e.message}")
+        except jsonschema.SchemaError as e:  # a broken tool schema (real data) must not kill scoring
+            valid.append(False)
+            reasons.append(f"{c.name} has an invalid schema: {e.message}")
     return {"parsed": parsed, "valid": valid, "reasons": reasons}
 
 
@@ -129,7 +131,14 @@ class ToolCallSuite(Suite):
             values["schema_valid"] = 1.0 if all(check["valid"]) else 0.0
         got = sorted(_canon(n, a) for n, a in check["parsed"])
         want = sorted(_canon(c["name"], c["arguments"]) for c in expected)
-        exact = got == want if expected else not got_call
+        acceptable = item.target.get("acceptable")  # BFCL items: several acceptable values per argument
+        bfcl_reason = None
+        if acceptable and expected and got_call:
+            from qverify.suites.bfcl_source import bfcl_match
+
+            exact, bfcl_reason = bfcl_match(acceptable, check["parsed"])
+        else:
+            exact = got == want if expected else not got_call
         values["exact_call"] = 1.0 if exact else 0.0
         values[f"exact_call/{item.metadata.get('kind', 'single')}"] = values["exact_call"]
         reason = None
@@ -139,5 +148,5 @@ class ToolCallSuite(Suite):
             elif not expected and got_call:
                 reason = "called a tool where none fits"
             else:
-                reason = "; ".join(check["reasons"]) or f"calls differ: got {got}, want {want}"
+                reason = "; ".join(check["reasons"]) or bfcl_reason or f"calls differ: got {got}, want {want}"
         return Score(values=values, reason=reason, answer=json.dumps(check["parsed"]))

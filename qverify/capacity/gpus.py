@@ -1,0 +1,45 @@
+"""HBM per GPU type: the nominal figures capacity articles use, overridable per call.
+
+Units: bytes, with "GB" meaning 10^9 bytes throughout qverify.capacity, because the
+published Kimi K2.6 arithmetic (595 GB / 4 subtracted from 180 GB) uses the nominal
+spec-sheet numbers that way.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from pydantic import BaseModel, ConfigDict
+
+from qverify.errors import BadInput
+
+GB = 10**9
+GIB = 2**30
+
+
+class GPU(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    hbm_bytes: int
+    source: str = "nominal spec figure"
+
+
+HBM_GB: dict[str, float] = {"b200": 180.0, "h200": 141.0, "h100": 80.0}
+
+
+def gpu(name: str, hbm_gb: float | None = None) -> GPU:
+    """A GPU from the table, or any name when `hbm_gb` is given (the override)."""
+    key = name.strip().lower()
+    if hbm_gb is not None:
+        if not hbm_gb > 0:
+            raise BadInput(f"--hbm-gb must be positive, got {hbm_gb}", fix="pass the GPU memory in GB, e.g. --hbm-gb 141")
+        return GPU(name=key, hbm_bytes=round(hbm_gb * GB), source="--hbm-gb override")
+    if key not in HBM_GB:
+        close = difflib.get_close_matches(key, list(HBM_GB), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise BadInput(
+            f"unknown GPU {name!r}{hint}",
+            fix=f"use one of: {', '.join(sorted(HBM_GB))}, or give its memory with --hbm-gb",
+        )
+    return GPU(name=key, hbm_bytes=round(HBM_GB[key] * GB))

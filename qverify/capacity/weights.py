@@ -1,0 +1,161 @@
+"""Weight bytes: summed from a checkpoint's safetensors headers, or estimated from config.json.
+
+The estimate counts parameters per module class and prices each class with its scheme
+(qverify.capacity.schemes). Layouts covered: DeepSeek-V3 / Kimi K2 (MLA + routed and
+shared experts), Llama-style dense GQA, and Mixtral / Qwen-MoE style experts.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from qverify.capacity.schemes import LinearShape, linear_bytes
+from qverify.errors import BadInput
+
+ModuleClass = Literal[
+    "attention", "dense_mlp", "routed_experts", "shared_experts", "embeddings", "lm_head", "norms", "router"
+]
+# Classes made of Linear layers a recipe can quantize; the rest always stay bf16.
+LINEAR_CLASSES: tuple[str, ...] = ("attention", "dense_mlp", "routed_experts", "shared_experts", "lm_head")
+
+
+class WeightsEstimate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    total_bytes: int
+    source: Literal["config+recipe", "checkpoint", "override"]
+    params_by_class: dict[str, int] = Field(default_factory=dict)
+    bytes_by_class: dict[str, int] = Field(default_factory=dict)
+    bytes_by_dtype: dict[str, int] = Field(default_factory=dict, description="checkpoint only")
+    schemes: dict[str, str] = Field(default_factory=dict, description="module class -> scheme priced")
+
+    @property
+    def total_params(self) -> int:
+        return sum(self.params_by_class.values())
+
+
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's config: multimodal wrappers (Kimi K2.5/K2.6) nest it in text_config."""
+    inner = config.get("text_config")
+    return inner if isinstance(inner, dict) else config
+
+
+def need(cfg: dict[str, Any], key: str) -> Any:
+    value = cfg.get(key)
+    if value is None:
+        raise BadInput(f"config.json has no {key!r}", fix="pass a Hugging Face config.json of a decoder-only LLM")
+    return value
+
+
+def _mlp(hidden: int, inter: int, n: int = 1) -> list[LinearShape]:
+    # gate_proj and up_proj (hidden -> inter) plus down_proj (inter -> hidden), SwiGLU
+    return [LinearShape(out_features=inter, in_features=hidden, count=2 * n),
+            LinearShape(out_features=hidden, in_features=inter, count=n)]
+
+
+def _attention(cfg: dict[str, Any], hidden: int) -> tuple[list[LinearShape], int]:
+    """One layer's attention Linears and its extra norm params."""
+    heads = int(need(cfg, "num_attention_heads"))
+    if cfg.get("kv_lora_rank"):  # MLA (DeepSeek-V2/V3, Kimi K2)
+        kv_rank, rope = int(cfg["kv_lora_rank"]), int(need(cfg, "qk_rope_head_dim"))
+        nope, v = int(need(cfg, "qk_nope_head_dim")), int(need(cfg, "v_head_dim"))
+        q_rank = cfg.get("q_lora_rank")
+        q = ([LinearShape(out_features=int(q_rank), in_features=hidden),
+              LinearShape(out_features=heads * (nope + rope), in_features=int(q_rank))]
+             if q_rank else [LinearShape(out_features=heads * (nope + rope), in_features=hidden)])
+        shapes = q + [LinearShape(out_features=kv_rank + rope, in_features=hidden),
+                      LinearShape(out_features=heads * (nope + v), in_features=kv_rank),
+                      LinearShape(out_features=hidden, in_features=heads * v)]
+        return shapes, kv_rank + (int(q_rank) if q_rank else 0)
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    return [LinearShape(out_features=heads * head_dim, in_features=hidden),
+            LinearShape(out_features=kv_heads * head_dim, in_features=hidden, count=2),
+            LinearShape(out_features=hidden, in_features=heads * head_dim)], 0
+
+
+def _is_moe_layer(cfg: dict[str, Any], i: int, n_routed: int) -> bool:
+    if not n_routed:
+        return False
+    if i < int(cfg.get("first_k_dense_replace") or 0) or i in (cfg.get("mlp_only_layers") or []):
+        return False
+    freq = int(cfg.get("moe_layer_freq") or cfg.get("decoder_sparse_step") or 1)
+    return (i - int(cfg.get("first_k_dense_replace") or 0)) % freq == 0
+
+
+def module_shapes(config: dict[str, Any]) -> tuple[dict[str, list[LinearShape]], dict[str, int]]:
+    """Linear shapes per class, and the non-Linear params (embeddings, norms, router) per class."""
+    cfg = text_config(config)
+    hidden, layers = int(need(cfg, "hidden_size")), int(need(cfg, "num_hidden_layers"))
+    vocab = int(need(cfg, "vocab_size"))
+    n_routed = int(cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
+    expert_inter = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0)
+    shared_inter = int(cfg.get("shared_expert_intermediate_size") or 0) or int(cfg.get("n_shared_experts") or 0) * expert_inter
+    linears: dict[str, list[LinearShape]] = {c: [] for c in LINEAR_CLASSES}
+    other = {"embeddings": vocab * hidden, "norms": hidden, "router": 0, "router_bias": 0}  # norms: the final norm
+    attn, attn_norms = _attention(cfg, hidden)
+    for i in range(layers):
+        linears["attention"] += attn
+        other["norms"] += 2 * hidden + attn_norms
+        if _is_moe_layer(cfg, i, n_routed):
+            linears["routed_experts"] += _mlp(hidden, expert_inter, n_routed)
+            if shared_inter:
+                linears["shared_experts"] += _mlp(hidden, shared_inter)
+            other["router"] += n_routed * hidden
+            # DeepSeek-V3's e_score_correction_bias (fp32 in its and llm-compressor's files); transformers'
+            # config drops topk_method, so an n_routed_experts config without it is DeepSeek-V3 too
+            if cfg.get("topk_method", "noaux_tc" if "n_routed_experts" in cfg else None) == "noaux_tc":
+                other["router_bias"] += n_routed
+        else:
+            linears["dense_mlp"] += _mlp(hidden, int(need(cfg, "intermediate_size")))
+    if not cfg.get("tie_word_embeddings", False):
+        linears["lm_head"].append(LinearShape(out_features=vocab, in_features=hidden))
+    return linears, other
+
+
+def estimate_weights(config: dict[str, Any], schemes: dict[str, str]) -> WeightsEstimate:
+    """Bytes per class: Linear classes priced with their scheme (default bf16), the rest bf16."""
+    linears, other = module_shapes(config)
+    bias = other.pop("router_bias")
+    params = {c: sum(s.params for s in shapes) for c, shapes in linears.items()} | other
+    params["router"] += bias
+    by_class = {c: sum(linear_bytes(s, schemes.get(c, "bf16")) for s in shapes) for c, shapes in linears.items()}
+    by_class |= {c: 2 * n for c, n in other.items()}
+    by_class["router"] += 4 * bias
+    used = {c: schemes.get(c, "bf16") for c in LINEAR_CLASSES if params[c]}
+    return WeightsEstimate(total_bytes=sum(by_class.values()), source="config+recipe",
+                           params_by_class={c: n for c, n in params.items() if n},
+                           bytes_by_class={c: b for c, b in by_class.items() if b}, schemes=used)
+
+
+def _header(path: Path) -> dict[str, Any]:
+    # safetensors layout: u64 little-endian header length, then that many bytes of JSON
+    with path.open("rb") as f:
+        raw = f.read(8)
+        if len(raw) != 8:
+            raise BadInput(f"{path} is not a safetensors file (too short)", fix="rebuild or re-download the checkpoint")
+        (n,) = struct.unpack("<Q", raw)
+        try:
+            return json.loads(f.read(n))
+        except (ValueError, UnicodeDecodeError):
+            raise BadInput(f"{path} has a corrupt safetensors header", fix="rebuild or re-download the checkpoint") from None
+
+
+def checkpoint_weights(model_dir: Path) -> WeightsEstimate:
+    """Exact tensor bytes of every *.safetensors file directly in `model_dir` (headers only)."""
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise BadInput(f"no *.safetensors in {model_dir}", fix="point at a checkpoint directory, or use --config CONFIG.json")
+    by_dtype: dict[str, int] = {}
+    for f in files:
+        for name, meta in _header(f).items():
+            if name == "__metadata__":
+                continue
+            begin, end = meta["data_offsets"]
+            by_dtype[meta["dtype"]] = by_dtype.get(meta["dtype"], 0) + end - begin
+    return WeightsEstimate(total_bytes=sum(by_dtype.values()), source="checkpoint", bytes_by_dtype=by_dtype)

@@ -1,0 +1,109 @@
+"""run_gate: load the runs, check they are comparable, measure every metric, decide, write gate.json.
+
+The gate id is a content hash of everything the verdict depends on (build ids, suites,
+alpha, bootstrap size and seed, metric rules, and a fingerprint of every run's files),
+with no timestamp: re-gating unchanged runs lands on the same gates/<id>/gate.json
+(rewritten, `created` updated), and any change to the runs or the rules gets a new id.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from qverify.config import MetricRule, QVerifyConfig
+from qverify.errors import ExitCode
+from qverify.evals.gate.assemble import suite_metrics
+from qverify.evals.gate.decide import ORDER, build_verdict, decide, measure
+from qverify.evals.gate.integrity import build_problems, pair_problems, run_problems
+from qverify.evals.gate.loader import RunData, load
+from qverify.evals.gate.metrics import check_rule_names
+from qverify.evals.store import atomic_write_text
+from qverify.models import BuildManifest, CandidateReport, GateReport, content_hash
+from qverify.workdir import Workdir
+
+DEFAULT_N_BOOT = 2000
+
+
+def gate_candidate(build_id: str, recipe: str, base_runs: dict[str, RunData], cand_runs: dict[str, RunData],
+                   rules: dict[str, MetricRule], alpha: float = 0.05, n_boot: int = DEFAULT_N_BOOT, seed: int = 0,
+                   integrity: list[str] | None = None) -> CandidateReport:
+    """Gate one candidate on the suites present on both sides (runs already checked comparable)."""
+    data = [d for suite, b in base_runs.items() if suite in cand_runs for d in suite_metrics(b, cand_runs[suite], rules)]
+    m = sum(d.spec.gated for d in data)
+    metrics = decide([measure(d, alpha, m, n_boot, seed) for d in data], alpha)
+    verdict, reasons = build_verdict(metrics, integrity or [])
+    perf = {f"{s}/{k}": v for s, r in cand_runs.items() if r.manifest for k, v in r.manifest.perf.items()}
+    return CandidateReport(build_id=build_id, recipe=recipe, verdict=verdict, reasons=reasons, metrics=metrics,
+                           perf=perf, integrity=list(integrity or []))
+
+
+def run_gate(workdir: Workdir | Path | str, baseline: str, candidates: list[str], suites: list[str] | None = None,
+             config: QVerifyConfig | None = None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0,
+             write: bool = True) -> GateReport:
+    """Gate each candidate build against the baseline on `suites` (default: those of config.suites the
+    baseline has runs for)."""
+    from qverify.suites import get_suite
+
+    wd = workdir if isinstance(workdir, Workdir) else Workdir.at(workdir)
+    cfg = config or QVerifyConfig()
+    check_rule_names(cfg.thresholds)
+    explicit = suites is not None
+    suites = list(suites or cfg.suites)
+    for s in suites:
+        get_suite(s)  # an unknown suite name is a BadInput with did-you-mean
+    base_runs = {s: load(wd.runs, baseline, s) for s in suites}
+    if not explicit and any(r.exists for r in base_runs.values()):
+        # not asked for by name: gate the configured suites the baseline was evaluated on
+        # (a candidate missing one of those is still refused)
+        suites = [s for s in suites if base_runs[s].exists]
+        base_runs = {s: base_runs[s] for s in suites}
+    base_build = build_problems(wd.builds, baseline, list(base_runs.values()))
+    base_bad = {s: run_problems(r, cfg.error_budget) for s, r in base_runs.items()}
+    reports, prints = [], {f"{baseline}/{s}": r.fingerprint for s, r in base_runs.items()}
+    for cand in candidates:
+        cand_runs = {s: load(wd.runs, cand, s) for s in suites}
+        prints.update({f"{cand}/{s}": r.fingerprint for s, r in cand_runs.items()})
+        build_bad = base_build + build_problems(wd.builds, cand, list(cand_runs.values()))
+        problems, ok = list(build_bad), []
+        for s in suites:
+            bad = base_bad[s] + run_problems(cand_runs[s], cfg.error_budget)
+            bad += pair_problems(base_runs[s], cand_runs[s]) if not bad else []
+            problems += bad
+            if not bad and not build_bad:  # results of unverified builds prove nothing either way
+                ok.append(s)
+        reports.append(gate_candidate(cand, _recipe(wd, cand), {s: base_runs[s] for s in ok},
+                                      {s: cand_runs[s] for s in ok}, cfg.thresholds, cfg.alpha, n_boot, seed, problems))
+    settings = {"alpha": cfg.alpha, "n_boot": n_boot, "seed": seed, "error_budget": cfg.error_budget, "suites": suites,
+                "thresholds": {k: v.model_dump() for k, v in sorted(cfg.thresholds.items())}}
+    gate_id = content_hash({"baseline": baseline, "candidates": candidates, **settings, "runs": prints}, 12)
+    verdict = max((c.verdict for c in reports), key=ORDER.__getitem__, default="INCONCLUSIVE")
+    report = GateReport(gate_id=gate_id, baseline=baseline, baseline_recipe=_recipe(wd, baseline), verdict=verdict,
+                        candidates=reports, config=settings)
+    if write:
+        write_report(wd, report)
+    return report
+
+
+def write_report(wd: Workdir, report: GateReport) -> Path:
+    path = wd.gate_dir(report.gate_id) / "gate.json"
+    atomic_write_text(path, report.model_dump_json(indent=2))
+    return path
+
+
+def exit_code(report: GateReport) -> int:
+    """0 PASS, 1 FAIL (any candidate), 3 the gate refused (runs not comparable), 2 INCONCLUSIVE."""
+    if any(c.verdict == "FAIL" for c in report.candidates):
+        return int(ExitCode.FAIL)
+    if any(c.integrity for c in report.candidates):
+        return int(ExitCode.INFRA)
+    if report.verdict == "INCONCLUSIVE":
+        return int(ExitCode.INCONCLUSIVE)
+    return int(ExitCode.OK)
+
+
+def _recipe(wd: Workdir, build_id: str) -> str:
+    path = wd.build_dir(build_id) / "build.json"
+    try:
+        return BuildManifest.model_validate_json(path.read_text()).recipe
+    except (OSError, ValueError):
+        return build_id

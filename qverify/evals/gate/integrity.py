@@ -1,0 +1,80 @@
+"""Refuse to compare runs that are not comparable, and say exactly why.
+
+A refusal is a sentence naming the build, the suite and the fix. The gate never PASSes
+a candidate with a refusal (a FAIL found on the comparable suites still stands).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from qverify.evals.gate.loader import RunData
+from qverify.models import BuildManifest
+
+# RunManifest fields that must agree between baseline and candidate runs of a suite
+_SAME = ("suite_version", "item_set_hash", "split", "source", "sampling")
+
+
+def build_problems(builds_root: Path, build_id: str, runs: list[RunData]) -> list[str]:
+    """builds/<id>/build.json must exist and carry the id its runs were filed under and record."""
+    path = builds_root / build_id / "build.json"
+    endpoint = any(r.manifest is not None and r.manifest.serving.backend == "endpoint" for r in runs)
+    out = []
+    if not path.exists():
+        if not endpoint:  # an external endpoint (e.g. an official API as baseline) has no build dir
+            out.append(f"build {build_id}: no {path} to check its runs against (fix: build it with 'qverify build', "
+                       f"or gate the build id that owns these runs)")
+    else:
+        try:
+            bm = BuildManifest.model_validate_json(path.read_text())
+        except ValueError as e:
+            return [f"build {build_id}: {path} is not a valid build manifest ({str(e).splitlines()[0]})"]
+        if bm.build_id != build_id:
+            out.append(f"build {build_id}: its build.json says build_id {bm.build_id} (fix: the build dir was "
+                       f"renamed or copied; rebuild it)")
+    for r in runs:
+        if r.manifest is not None and r.manifest.build_id != build_id:
+            out.append(f"build {build_id}, suite {r.suite}: the run manifest says build_id {r.manifest.build_id} "
+                       f"(fix: these results belong to another build; re-run 'qverify eval')")
+    return out
+
+
+def run_problems(run: RunData, error_budget: float) -> list[str]:
+    """Missing, unfinished, or over the infrastructure-error budget."""
+    who = f"build {run.build_id}, suite {run.suite}"
+    fix = f"(fix: qverify eval {run.build_id} --suites {run.suite} resumes it)"
+    if not run.exists:
+        return [f"{who}: no results {fix}"]
+    m = run.manifest
+    if m is None:
+        return [f"{who}: results without a manifest.json {fix}"]
+    out = []
+    expected = m.n_items * m.replicates
+    ok = run.n_results - run.n_errors
+    rate = 1.0 - ok / expected if expected else 1.0
+    if rate > error_budget:
+        out.append(f"{who}: {rate:.1%} of {expected} results are infrastructure errors or missing, "
+                   f"over the budget {error_budget:.1%} {fix}")
+    elif not m.complete:
+        out.append(f"{who}: the run is not marked complete {fix}")
+    return out
+
+
+def pair_problems(base: RunData, cand: RunData) -> list[str]:
+    """Baseline and candidate runs of one suite must share items, suite version, split, source and sampling."""
+    if base.manifest is None or cand.manifest is None:
+        return []
+    out = []
+    for f in _SAME:
+        a, b = getattr(base.manifest, f), getattr(cand.manifest, f)
+        if a != b:
+            if f == "sampling":
+                bd = b.model_dump()
+                diff = {k: (v, bd[k]) for k, v in a.model_dump().items() if bd[k] != v}
+                out.append(f"suite {base.suite}: sampling differs between the runs, (baseline, candidate) = {diff} "
+                           f"(fix: re-run both with the suite's sampling)")
+                continue
+            what = {"item_set_hash": "item sets", "suite_version": "suite versions"}.get(f, f)
+            out.append(f"suite {base.suite}: {what} differ (baseline {base.build_id}: {a}, candidate "
+                       f"{cand.build_id}: {b}) (fix: re-run both with the same suite, --limit and --source)")
+    return out

@@ -1,0 +1,94 @@
+"""Runs as the gate sees them: per score key an items x replicates matrix (NaN = no value).
+
+The only I/O in the gate's data path; everything downstream is pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qverify.evals.store import RunStore
+from qverify.models import ItemResult, RunManifest
+
+
+@dataclass
+class RunData:
+    build_id: str
+    suite: str
+    manifest: RunManifest | None
+    items: list[str]  # every item id that has a result in any replicate, sorted
+    replicates: list[int]
+    scores: dict[str, np.ndarray]  # key -> len(items) x len(replicates); NaN: error, missing, or key not emitted
+    logprobs: list[list[Any]] | None = None  # kld: [item][replicate] -> per-token logprobs or None
+    n_results: int = 0  # (item, replicate) results read
+    n_errors: int = 0  # of those, infrastructure errors (never scored)
+    fingerprint: str = ""  # hash of manifest + result files: a changed run gets a new gate id
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exists(self) -> bool:
+        return self.manifest is not None or bool(self.replicates)
+
+    def matrix(self, key: str, items: list[str]) -> np.ndarray:
+        """Rows for `items` in that order (all NaN for an item this run lacks)."""
+        src = self.scores.get(key)
+        out = np.full((len(items), len(self.replicates)), np.nan)
+        if src is None:
+            return out
+        pos = {i: r for r, i in enumerate(self.items)}
+        for r, item in enumerate(items):
+            if item in pos:
+                out[r] = src[pos[item]]
+        return out
+
+    def logprob_rows(self, items: list[str]) -> list[list[Any]]:
+        pos = {i: r for r, i in enumerate(self.items)}
+        k = len(self.replicates)
+        return [self.logprobs[pos[i]] if self.logprobs and i in pos else [None] * k for i in items]
+
+
+def from_results(build_id: str, suite: str, manifest: RunManifest | None, results: dict[int, list[ItemResult]],
+                 keep_logprobs: bool = False) -> RunData:
+    reps = sorted(results)
+    items = sorted({r.item_id for rs in results.values() for r in rs})
+    pos = {i: n for n, i in enumerate(items)}
+    scores: dict[str, np.ndarray] = {}
+    lps: list[list[Any]] | None = [[None] * len(reps) for _ in items] if keep_logprobs else None
+    n_res = n_err = 0
+    for col, k in enumerate(reps):
+        for r in results[k]:
+            n_res += 1
+            if r.error is not None:
+                n_err += 1
+                continue
+            row = pos[r.item_id]
+            for key, v in r.scores.items():
+                if key not in scores:
+                    scores[key] = np.full((len(items), len(reps)), np.nan)
+                scores[key][row, col] = float(v)
+            if lps is not None and r.response is not None and r.response.logprobs:
+                lps[row][col] = r.response.logprobs
+    return RunData(build_id, suite, manifest, items, reps, scores, lps, n_res, n_err)
+
+
+def load(runs_root: Path, build_id: str, suite: str) -> RunData:
+    store = RunStore(runs_root / build_id / suite)
+    data = from_results(build_id, suite, store.read_manifest(), store.all_results(), keep_logprobs=suite == "kld")
+    data.fingerprint = _fingerprint(store)
+    return data
+
+
+def _fingerprint(store: RunStore) -> str:
+    h = hashlib.sha256()
+    for p in sorted([store.manifest_path, *store.dir.glob("r*.jsonl")]):
+        if p.exists():
+            h.update(p.name.encode())
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+    return h.hexdigest()[:16]

@@ -1,0 +1,104 @@
+"""Synthetic runs with known effects, written through the real RunStore.
+
+For the gate's tests and the `--simulate` mode of benchmarks/gate_calibration.py: the
+score matrices are what a suite's scorer would have emitted, per item and replicate.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qverify.evals.store import RunStore
+from qverify.models import BuildManifest, ItemResult, Response, RunManifest, Sampling, ServingProfile, content_hash
+
+SUITE_VERSION = "1"
+
+
+def item_ids(suite: str, n: int) -> list[str]:
+    return [f"{suite}-{i:04d}" for i in range(n)]
+
+
+def bernoulli(p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """n x k 0/1 outcomes, item i succeeding with probability p[i] in each replicate."""
+    return (rng.random((len(p), k)) < np.asarray(p)[:, None]).astype(float)
+
+
+def results(suite: str, ids: list[str], scores: dict[str, np.ndarray], errors: np.ndarray | None = None,
+            logprobs: list[list[Any]] | None = None, seed0: int = 0) -> dict[int, list[ItemResult]]:
+    """ItemResults from per-key n x K matrices; NaN leaves the key out, errors[i, k] makes an infra error."""
+    k = next(iter(scores.values())).shape[1] if scores else len(logprobs[0])
+    out: dict[int, list[ItemResult]] = {}
+    for r in range(k):
+        rows = []
+        for i, iid in enumerate(ids):
+            if errors is not None and errors[i, r]:
+                rows.append(ItemResult(item_id=iid, suite=suite, replicate=r, seed=seed0 + r, request_hash="x",
+                                       error="ConnectError"))
+                continue
+            vals = {key: float(m[i, r]) for key, m in scores.items() if not math.isnan(m[i, r])}
+            lp = logprobs[i][r] if logprobs is not None else None
+            resp = Response(content="", finish_reason="stop", logprobs=lp)
+            rows.append(ItemResult(item_id=iid, suite=suite, replicate=r, seed=seed0 + r, request_hash="x",
+                                   response=resp, scores=vals))
+        out[r] = rows
+    return out
+
+
+def write_run(runs_root: Path, build_id: str, suite: str, res: dict[int, list[ItemResult]], n_items: int | None = None,
+              complete: bool = True, item_set_hash: str | None = None, suite_version: str = SUITE_VERSION,
+              sampling: Sampling | None = None, error_budget: float = 0.02, manifest_build_id: str | None = None) -> RunStore:
+    store = RunStore(runs_root / build_id / suite)
+    for k, rows in res.items():
+        with store.writer(k) as w:
+            for row in rows:
+                w.append(row)
+    ids = sorted({r.item_id for rows in res.values() for r in rows})
+    n_err = sum(r.error is not None for rows in res.values() for r in rows)
+    total = sum(len(rows) for rows in res.values())
+    store.write_manifest(RunManifest(
+        build_id=manifest_build_id or build_id, suite=suite, suite_version=suite_version,
+        item_set_hash=item_set_hash or content_hash(ids), n_items=n_items or len(ids), replicates=len(res),
+        sampling=sampling or Sampling(), serving=ServingProfile(), error_budget=error_budget,
+        error_rate=n_err / total if total else 0.0, complete=complete))
+    return store
+
+
+def write_build(builds_root: Path, build_id: str, recipe: str, manifest_build_id: str | None = None) -> Path:
+    d = builds_root / build_id
+    d.mkdir(parents=True, exist_ok=True)
+    bm = BuildManifest(build_id=manifest_build_id or build_id, recipe=recipe, recipe_hash="r", recipe_text="",
+                       source_model="synthetic", source_hash="s")
+    (d / "build.json").write_text(bm.model_dump_json(indent=2))
+    return d
+
+
+# --------------------------------------------------------------------------- logprobs (kld)
+
+
+def logprob_runs(base_logits: np.ndarray, k: int, run_noise: float, shift: float, rng: np.random.Generator,
+                 top: int = 5) -> list[list[list[dict[str, Any]]]]:
+    """Per item and replicate, per-token {token, logprob, top} from logits perturbed per run.
+
+    base_logits: items x tokens x vocab. `shift` is a fixed perturbation of this build (its
+    quantization error, same in every run); `run_noise` is fresh per run (nondeterminism).
+    """
+    n, t, v = base_logits.shape
+    build_err = rng.normal(0, 1, base_logits.shape) * shift
+    nxt = base_logits.argmax(axis=2)  # the prompt's actual next tokens: the same in every run
+    out = []
+    for i in range(n):
+        reps = []
+        for _ in range(k):
+            logits = base_logits[i] + build_err[i] + rng.normal(0, 1, (t, v)) * run_noise
+            mx = logits.max(1, keepdims=True)
+            lp = logits - mx - np.log(np.exp(logits - mx).sum(1, keepdims=True))
+            order = np.argsort(-lp, axis=1)[:, :top]
+            tops = np.take_along_axis(lp, order, axis=1).tolist()
+            reps.append([{"token": f"t{nxt[i, j]}", "logprob": float(lp[j, nxt[i, j]]),
+                          "top": {f"t{o}": x for o, x in zip(order[j].tolist(), tops[j])}} for j in range(t)])
+        out.append(reps)
+    return out

@@ -1,0 +1,184 @@
+"""`qverify eval`: one server session per build, every suite × replicate, every item result stored.
+
+Replicate r of item i is sampled with seed f(item id, r), so baseline and candidate pair
+exactly; requests go out concurrently so batch composition varies as in production.
+Requests are ordered item-major (all replicates of a prompt adjacent) so a server's
+prefix cache is reused. Rerunning after a crash continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from qverify.errors import BadInput, InfraError
+from qverify.evals.client import CallResult, Client
+from qverify.evals.store import RunStore
+from qverify.models import BuildManifest, Endpoint, Item, ItemResult, RunManifest, ServingProfile, content_hash, utcnow
+from qverify.suites.base import Suite, item_set_hash
+
+
+def replicate_seed(item_id: str, replicate: int) -> int:
+    return int(hashlib.sha256(f"{item_id}:{replicate}".encode()).hexdigest()[:8], 16)
+
+
+@dataclass
+class SuiteSummary:
+    suite: str
+    metric: str
+    mean: float | None
+    replicate_means: list[float]
+    errors: int
+    results: int
+    complete: bool
+    tokens_per_s: float | None = None
+    accept_length: float | None = None
+    latency_s: float | None = None
+
+    def row(self) -> list[Any]:
+        spread = (f"{min(self.replicate_means):.3f}–{max(self.replicate_means):.3f}" if self.replicate_means else "")
+        return [self.suite, self.metric, None if self.mean is None else f"{self.mean:.3f}", spread,
+                f"{self.errors}/{self.results}", "yes" if self.complete else "NO",
+                None if self.tokens_per_s is None else f"{self.tokens_per_s:.0f}",
+                None if self.accept_length is None else f"{self.accept_length:.2f}"]
+
+
+@dataclass
+class EvalPlan:
+    build_id: str
+    manifest: BuildManifest | None
+    suites: list[Suite]
+    items: dict[str, list[Item]]
+    replicates: int
+    runs_root: Path
+    serving: ServingProfile
+    concurrency: int = 8
+    error_budget: float = 0.02
+    split: str = "held-out"
+    source: str = "synthetic"
+    fresh: bool = False
+    summaries: list[SuiteSummary] = field(default_factory=list)
+
+    def store(self, suite: str) -> RunStore:
+        return RunStore(self.runs_root / self.build_id / suite)
+
+    def pending(self) -> dict[str, list[tuple[Item, int]]]:
+        out = {}
+        for s in self.suites:
+            st = self.store(s.name)
+            todo = []
+            done = {r: st.done_ids(r) for r in range(self.replicates)}
+            for it in self.items[s.name]:
+                todo += [(it, r) for r in range(self.replicates) if it.id not in done[r]]
+            out[s.name] = todo
+        return out
+
+    def check_existing(self) -> None:
+        """Results on disk must be for the same items, suite version and sampling, or we refuse to mix them."""
+        for s in self.suites:
+            m = self.store(s.name).read_manifest()
+            if m is None:
+                continue
+            same = (m.suite_version == s.version and m.item_set_hash == item_set_hash(self.items[s.name])
+                    and m.sampling == s.sampling)
+            if not same and not self.fresh:
+                raise BadInput(f"runs/{self.build_id}/{s.name} holds results for another item set, suite version or sampling",
+                               fix="pass --fresh to start that suite over (the old results are moved aside)")
+            if not same:
+                old = self.store(s.name).dir
+                old.rename(old.with_name(f"{old.name}.old-{int(time.time())}"))
+
+
+async def _one(client: Client, suite: Suite, item: Item, r: int) -> ItemResult:
+    seed = replicate_seed(item.id, r)
+    body = suite.request(item)
+    body["seed"] = seed
+    body["return_meta_info"] = True  # SGLang: per-request spec_accept_length; ignored elsewhere
+    res: CallResult = await client.call(body, kind="completion" if item.kind == "completion" else "chat")
+    ir = ItemResult(item_id=item.id, suite=suite.name, replicate=r, seed=seed, request_hash=content_hash(body),
+                    response=res.response, error=res.error, latency_s=round(res.latency_s, 4),
+                    metadata={"attempts": res.attempts, **({"error_detail": res.detail} if res.error else {})})
+    if res.response is not None:
+        score = await asyncio.to_thread(suite.safe_score, item, res.response)  # sandboxes block; keep the loop free
+        ir.scores, ir.reason = score.values, score.reason
+        meta = res.response.meta_info
+        if meta.get("spec_accept_length") is not None:
+            ir.accept_length = float(meta["spec_accept_length"])
+    return ir
+
+
+async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str] | None, server_info: dict,
+                   alive=lambda: True, versions: dict | None = None, show_progress: bool = True) -> list[SuiteSummary]:
+    client = Client(endpoint, concurrency=plan.concurrency)
+    pending = plan.pending()
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      disable=not show_progress, transient=False) as prog:
+            for suite in plan.suites:
+                st = plan.store(suite.name)
+                m = RunManifest(build_id=plan.build_id, suite=suite.name, suite_version=suite.version,
+                                item_set_hash=item_set_hash(plan.items[suite.name]), n_items=len(plan.items[suite.name]),
+                                replicates=plan.replicates, split=plan.split, source=plan.source, sampling=suite.sampling,
+                                serving=plan.serving, server_command=server_command, server_info=server_info,
+                                versions=versions or {}, error_budget=plan.error_budget)
+                old = st.read_manifest()
+                if old is not None:
+                    m.started = old.started
+                st.write_manifest(m)
+                todo = pending[suite.name]
+                task = prog.add_task(f"{suite.name} ×{plan.replicates}", total=len(plan.items[suite.name]) * plan.replicates,
+                                     completed=len(plan.items[suite.name]) * plan.replicates - len(todo))
+                writers = {r: st.writer(r).__enter__() for r in range(plan.replicates)}
+                try:
+                    for coro in asyncio.as_completed([_one(client, suite, it, r) for it, r in todo]):
+                        ir = await coro
+                        writers[ir.replicate].append(ir)
+                        prog.advance(task)
+                        if ir.error in ("connection", "timeout") and not alive():
+                            raise InfraError(f"the server died during suite {suite.name}",
+                                             fix="see the server log under <workdir>/logs/, then rerun the same command to resume")
+                finally:
+                    for w in writers.values():
+                        w.__exit__(None, None, None)
+                plan.summaries.append(finalize(st, suite, m))
+    finally:
+        await client.close()
+    return plan.summaries
+
+
+def finalize(st: RunStore, suite: Suite, m: RunManifest) -> SuiteSummary:
+    """Close a suite's run: error rate against the budget, completeness, performance, summary."""
+    allres = st.all_results()
+    flat = [r for rs in allres.values() for r in rs]
+    errors = sum(1 for r in flat if r.error)
+    expected = m.n_items * m.replicates
+    m.error_rate = errors / max(expected, 1)
+    m.complete = len(flat) >= expected and m.error_rate <= m.error_budget
+    ok = [r for r in flat if r.error is None and r.response is not None]
+    lat = [r.latency_s for r in ok if r.latency_s]
+    toks = sum(r.response.usage.get("completion_tokens", 0) for r in ok)
+    acc = [r.accept_length for r in ok if r.accept_length]
+    m.perf = {k: v for k, v in {
+        "latency_mean_s": statistics.fmean(lat) if lat else None,
+        "decode_tok_per_s_per_request": (toks / sum(lat)) if lat and toks else None,
+        "accept_length": statistics.fmean(acc) if acc else None,
+        "completion_tokens": float(toks)}.items() if v is not None}
+    m.finished = utcnow()
+    st.write_manifest(m)
+    rep_means = []
+    for r in sorted(allres):
+        vals = [x.scores[suite.primary_metric] for x in allres[r] if x.error is None and suite.primary_metric in x.scores]
+        if vals:
+            rep_means.append(sum(vals) / len(vals))
+    return SuiteSummary(suite=suite.name, metric=suite.primary_metric,
+                        mean=statistics.fmean(rep_means) if rep_means else None, replicate_means=rep_means,
+                        errors=errors, results=len(flat), complete=m.complete,
+                        tokens_per_s=m.perf.get("decode_tok_per_s_per_request"), accept_length=m.perf.get("accept_length"),
+                        latency_s=m.perf.get("latency_mean_s"))

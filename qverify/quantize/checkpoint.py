@@ -1,0 +1,168 @@
+"""Load one Hugging Face checkpoint dir so that every tensor provably is the checkpoint's.
+
+Measured with transformers 5.17 + compressed-tensors 0.19: `from_pretrained` on an MoE
+compressed-tensors build rewrites the routed-expert converters to expect packed weights.
+When the experts were *not* quantized (fp8kv, nvfp4shared) that either raises IndexError
+in `get_experts_scheme` (KV-only) or silently random-initialises the routed experts
+(NVFP4 shared); when they *were* quantized (nvfp4_all) it drops their global scales and
+dequantizes them wrongly. So:
+
+- no quantized expert tensors in the checkpoint: transformers' normal loading, with its
+  expert converters left alone (experts stay fused 3-D, numerics identical to bf16);
+- quantized expert tensors: build the model, linearize the experts the way llm-compressor
+  did before saving (per-expert Linear), apply the saved quantization config and load the
+  state dict 1:1.
+
+Either way the result is then checked: no missing, unexpected or mismatched key, and every
+reloaded tensor is bitwise equal to the checkpoint's (before decompression).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from qverify.quantize.manifest import IntegrityError
+
+_QUANTIZED_EXPERT = re.compile(r"\.experts\.\d+\..*\.(weight_packed|weight_scale|weight_global_scale|input_global_scale|weight_zero_point)$")
+
+
+@dataclass
+class LoadCheck:
+    path: str
+    mode: str  # "transformers" or "linearized"
+    tensors: int  # checkpoint tensors compared bitwise
+    quantized: bool
+
+
+def _read_checkpoint(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise IntegrityError(f"{path} has no *.safetensors", fix="rebuild it with --force")
+    out: dict = {}
+    for f in files:
+        out.update(load_file(f))
+    return out
+
+
+@contextlib.contextmanager
+def _plain_expert_loading():
+    """Keep transformers' own expert converters (the checkpoint has no quantized experts)."""
+    from compressed_tensors.utils import patch_attr
+    from transformers.quantizers.quantizer_compressed_tensors import CompressedTensorsHfQuantizer
+
+    def update_weight_conversions(self, weight_conversions):
+        return list(weight_conversions) + self.get_weight_conversions()
+
+    with patch_attr(CompressedTensorsHfQuantizer, "update_weight_conversions", update_weight_conversions):
+        yield
+
+
+def _load_transformers(path: Path):
+    from transformers import AutoModelForCausalLM
+
+    with _plain_expert_loading():
+        model, info = AutoModelForCausalLM.from_pretrained(path, dtype="auto", output_loading_info=True)
+    problems = {k: sorted(v) for k, v in info.items() if v}
+    if problems:
+        kind, keys = next(iter(problems.items()))
+        raise IntegrityError(f"{path.name}: loading reported {kind}: {', '.join(map(str, keys[:3]))}"
+                             f"{' ...' if len(keys) > 3 else ''}", fix="the build does not match its architecture; rebuild it")
+    return model
+
+
+def _load_linearized(path: Path, ckpt: dict):
+    import torch
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config
+    from llmcompressor.modeling.moe.linearize import linearize_moe
+    from llmcompressor.utils.dev import skip_weights_initialize
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(path)
+    qconfig = QuantizationConfig.model_validate(config.quantization_config)
+    del config.quantization_config
+    dtype = getattr(config, "dtype", None) or torch.bfloat16
+    with skip_weights_initialize():
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    linearize_moe(model)
+    apply_quantization_config(model, qconfig, run_compressed=False, show_progress=False)
+    ModelCompressor(quantization_config=qconfig).compress_model(model)
+    # assign=True keeps each tensor's checkpoint dtype (e.g. the fp32 router bias).
+    result = model.load_state_dict(ckpt, strict=False, assign=True)
+    tied = set(getattr(model, "_tied_weights_keys", None) or ()) if getattr(config, "tie_word_embeddings", False) else set()
+    missing = [k for k in result.missing_keys if k not in tied]
+    for kind, keys in (("missing", missing), ("unexpected", result.unexpected_keys)):
+        if keys:
+            raise IntegrityError(f"{path.name}: {len(keys)} {kind} tensors on load, e.g. {keys[0]}",
+                                 fix="the build does not match its architecture; rebuild it")
+    model.tie_weights()
+    for name, t in model.state_dict().items():  # as from_pretrained does (e.g. the router bias)
+        if any(k in name for k in getattr(model, "_keep_in_fp32_modules_strict", None) or ()) and t.is_floating_point():
+            t.data = t.data.float()
+    return model, qconfig
+
+
+def _same(a, b) -> bool:
+    import torch
+
+    if a.shape != b.shape:
+        return False
+    if a.dtype != b.dtype:
+        # transformers upcasts some tensors on load (e.g. DeepSeek's router bias to fp32): fine
+        # only when lossless, i.e. the round trip gives back the checkpoint's bits.
+        return a.dtype.is_floating_point and b.dtype.is_floating_point and _same(a.to(b.dtype), b) \
+            and _same(b.to(a.dtype), a)
+    # Byte view: exact, NaN-safe, and defined for fp8 dtypes where torch.equal is not.
+    return torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
+
+
+def compare_to_checkpoint(model, ckpt: dict, mode: str, path: Path) -> int:
+    """Every checkpoint tensor must be in the model, bitwise equal; nothing else may be."""
+    state = model.state_dict()
+    if mode == "transformers":
+        from transformers.core_model_loading import revert_weight_conversion
+
+        state = revert_weight_conversion(model, dict(state))
+    missing = [k for k in ckpt if k not in state]
+    if missing:
+        raise IntegrityError(f"{path.name}: tensor {missing[0]} was not loaded ({len(missing)} in all)",
+                             fix="do not serve this build; rebuild it")
+    ptrs = {ckpt_t.data_ptr() for k, ckpt_t in state.items() if k in ckpt}
+    extra = [k for k, t in state.items() if k not in ckpt and t.data_ptr() not in ptrs]  # tied aliases are fine
+    if extra:
+        raise IntegrityError(f"{path.name}: model tensor {extra[0]} is not in the checkpoint (freshly initialised)",
+                             fix="do not serve this build; rebuild it")
+    for k, t in ckpt.items():
+        if not _same(state[k], t):
+            raise IntegrityError(f"{path.name}: reloaded tensor {k} differs from the checkpoint",
+                                 fix="do not serve this build; the loader is broken for this architecture")
+    return len(ckpt)
+
+
+def load_checkpoint(path: Path):
+    """(model on CPU in eval mode with weights decompressed, LoadCheck); IntegrityError on any mismatch."""
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import QuantizationConfig
+
+    config = json.loads((path / "config.json").read_text())
+    ckpt = _read_checkpoint(path)
+    qc = config.get("quantization_config")
+    if qc and any(_QUANTIZED_EXPERT.search(k) for k in ckpt):
+        model, qconfig = _load_linearized(path, ckpt)
+        mode = "linearized"
+    else:
+        model = _load_transformers(path)
+        qconfig = QuantizationConfig.model_validate(qc) if qc else None
+        mode = "transformers"
+    n = compare_to_checkpoint(model, ckpt, mode, path)
+    if hasattr(model, "ct_decompress_hook"):
+        # Decompress now rather than in a hook on the first forward (which may run on a server thread).
+        ModelCompressor(quantization_config=qconfig).decompress_model(model)
+    model.eval()
+    return model, LoadCheck(path=str(path), mode=mode, tensors=n, quantized=qc is not None)

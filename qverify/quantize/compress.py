@@ -1,0 +1,100 @@
+"""The llm-compressor side of a build: validate a stage, check its targets, run oneshot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from qverify.errors import BadInput
+
+
+def lc_recipe(stage: dict[str, Any], where: str):
+    """llm-compressor's own validation of a recipe stage (its modifiers are pydantic models)."""
+    from llmcompressor.recipe import Recipe as LCRecipe
+
+    try:
+        return LCRecipe.from_dict(stage)
+    except Exception as e:  # pydantic ValidationError, ValueError for unknown modifiers, ...
+        msg = str(e).strip().splitlines()
+        raise BadInput(f"{where}: llm-compressor rejects the stage: {' '.join(msg[:3])[:300]}",
+                       fix="check the modifier arguments against llm-compressor 0.14") from None
+
+
+def load_source(model_dir: Path):
+    """The unquantized source model; a checkpoint that does not fill its architecture is refused."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", output_loading_info=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise BadInput(f"{model_dir} does not load as a causal LM: {str(e).splitlines()[0][:200]}",
+                       fix="pass a Hugging Face model dir (config.json + *.safetensors)") from None
+    problems = {k: sorted(v) for k, v in info.items() if v}
+    if problems:
+        kind, keys = next(iter(problems.items()))
+        raise BadInput(f"{model_dir}: checkpoint is incomplete for its architecture ({kind}: {keys[0]})",
+                       fix="pass a complete Hugging Face checkpoint")
+    return model
+
+
+def check_targets(model, recipe, where: str) -> None:
+    """Each target pattern must match at least one Linear module (after MoE linearization)."""
+    import torch
+    from compressed_tensors.quantization.lifecycle.initialize import is_cached_attention_module
+    from compressed_tensors.utils import is_match
+
+    linears = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    for mod in recipe.modifiers:
+        if not hasattr(mod, "resolve_quantization_config"):
+            continue
+        qc = mod.resolve_quantization_config()
+        ignore = list(qc.ignore or [])
+        for group in qc.config_groups.values():
+            for target in group.targets:
+                if not any(is_match(n, m, target) and not is_match(n, m, ignore) for n, m in linears):
+                    raise BadInput(f"{where}: target {target!r} matches no Linear module of {model.config.model_type}",
+                                   fix="fix the pattern (module names: see model.named_modules())")
+        if qc.kv_cache_scheme is not None and not any(is_cached_attention_module(m) for m in model.modules()):
+            raise BadInput(f"{where}: kv_cache_scheme given but the model has no KV-cached attention",
+                           fix="drop kv_cache_scheme from the recipe")
+
+
+def quantize(model, stage: dict[str, Any], dataset, seq_len: int, pipeline: str, where: str):
+    """Run oneshot in place and return the model (experts linearized, quantization applied)."""
+    from llmcompressor import oneshot
+    from llmcompressor.modeling.moe.linearize import linearize_moe
+
+    recipe = lc_recipe(stage, where)
+    # oneshot would linearize the fused 3-D experts itself; doing it first lets the target
+    # check see the per-expert Linear modules that patterns like `re:.*experts.*` select.
+    linearize_moe(model)
+    check_targets(model, recipe, where)
+    oneshot(model=model, recipe=recipe, dataset=dataset, num_calibration_samples=len(dataset),
+            max_seq_length=seq_len, shuffle_calibration_samples=False, pipeline=pipeline)
+    return model
+
+
+def shrink_kv_scales(model, factor: float) -> int:
+    """Multiply every saved k/v scale by `factor` (the badscale control); returns how many."""
+    import torch
+
+    n = 0
+    with torch.no_grad():
+        for m in model.modules():
+            for name in ("k_scale", "v_scale"):
+                p = getattr(m, name, None)
+                if isinstance(p, torch.Tensor):
+                    p.mul_(factor)
+                    n += 1
+    if n == 0:
+        raise BadInput("corrupt.kv_scale_factor: the model has no k/v scales after calibration",
+                       fix="use it only with a kv_cache_scheme")
+    return n
+
+
+def save(model, out: Path) -> None:
+    """Save compressed; llm-compressor's own recipe.yaml is kept as llmcompressor_recipe.yaml."""
+    model.save_pretrained(out, save_compressed=True)
+    lc = out / "recipe.yaml"
+    if lc.exists():
+        lc.rename(out / "llmcompressor_recipe.yaml")

@@ -1,0 +1,132 @@
+"""THE loader for serving builds: hashes first, then an integrity-checked reload.
+
+`load_build` is what the local server uses, and `verify_build` (run after every build
+and by `qverify verify-build`) goes through exactly the same code, so a build that
+verifies is a build that serves the weights it claims to.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from qverify.models import BuildManifest
+from qverify.quantize.manifest import IntegrityError, check_hashes, read_manifest
+
+DRAFTER_DIR = "drafter"
+
+
+class VerifyReport(BaseModel):
+    """What `verify_build` checked; it raises IntegrityError instead of returning a failure."""
+
+    build_dir: str
+    build_id: str
+    recipe: str
+    ok: bool = True
+    hashed: int = Field(description="files and tensors whose sha256 matched build.json")
+    compared: int = Field(description="reloaded tensors compared bitwise to the checkpoint")
+    target_load: str = Field(description="'transformers' (fused experts) or 'linearized' (quantized experts)")
+    drafter_load: str | None = None
+    kv_cache_quantized: bool = False
+    seconds: float = 0.0
+
+
+@dataclass
+class LoadedBuild:
+    """A build in memory. Toggle `quantization_enabled` to compare against the unquantized math."""
+
+    model: Any
+    tokenizer: Any
+    drafter: Any | None
+    manifest: BuildManifest
+    build_dir: Path
+    checks: dict[str, Any] = field(default_factory=dict)
+    _enabled: bool = True
+
+    @property
+    def quantized(self) -> bool:
+        return bool(self.manifest.quantization)
+
+    @property
+    def quantization_enabled(self) -> bool:
+        return self._enabled
+
+    @quantization_enabled.setter
+    def quantization_enabled(self, on: bool) -> None:
+        self.set_quantization_enabled(on)
+
+    def set_quantization_enabled(self, on: bool) -> None:
+        """Switch compressed-tensors fake quantization (weights' activations, KV cache) on or off.
+
+        Off, an fp8kv build's logits equal the baseline's exactly (its weights are untouched);
+        a weight-quantized build keeps its dequantized weights, so only activation and KV
+        rounding go away.
+        """
+        for m in (self.model, self.drafter):
+            if m is not None:
+                set_quantization_enabled(m, on)
+        self._enabled = on
+
+
+def set_quantization_enabled(model, on: bool) -> None:
+    from compressed_tensors.quantization import disable_quantization, enable_quantization
+
+    model.apply(enable_quantization if on else disable_quantization)
+
+
+set_quantization = set_quantization_enabled  # the name the serve layer imports
+
+
+def _kv_quantized(model) -> bool:
+    return any(hasattr(m, "kv_cache") and getattr(m, "quantization_scheme", None) is not None for m in model.modules())
+
+
+def load_build(build_dir: Path | str, device: str = "cpu", check_hashes_first: bool = True) -> LoadedBuild:
+    """Load a build (target, tokenizer, drafter) after checking it against build.json.
+
+    Raises IntegrityError (a BadInput, exit 4) for a missing/invalid manifest, a tampered or
+    truncated file, or any tensor that is missing, unexpected, freshly initialised or different.
+    """
+    from transformers import AutoTokenizer
+
+    from qverify.quantize.checkpoint import load_checkpoint
+
+    build_dir = Path(build_dir).expanduser().resolve()
+    manifest = read_manifest(build_dir)
+    checks: dict[str, Any] = {}
+    if check_hashes_first:
+        checks["hashed"] = check_hashes(build_dir, manifest)
+    model, target_check = load_checkpoint(build_dir)
+    checks["target"] = target_check
+    drafter, drafter_check = None, None
+    if (build_dir / DRAFTER_DIR / "config.json").is_file():
+        drafter, drafter_check = load_checkpoint(build_dir / DRAFTER_DIR)
+        checks["drafter"] = drafter_check
+    elif manifest.drafter:
+        raise IntegrityError(f"{build_dir.name}: build.json names a drafter but {DRAFTER_DIR}/ is missing",
+                             fix="rebuild it with --force")
+    if manifest.kv_dtype.startswith("fp8") and not _kv_quantized(model):
+        raise IntegrityError(f"{build_dir.name}: build.json says {manifest.kv_dtype} KV cache but the loaded model "
+                             "has no KV quantization", fix="rebuild it with --force")
+    tokenizer = AutoTokenizer.from_pretrained(build_dir)
+    if device != "cpu":
+        model.to(device)
+        if drafter is not None:
+            drafter.to(device)
+    return LoadedBuild(model=model, tokenizer=tokenizer, drafter=drafter, manifest=manifest,
+                       build_dir=build_dir, checks=checks)
+
+
+def verify_build(build_dir: Path | str) -> VerifyReport:
+    """Hashes + reload through `load_build`; returns the report or raises IntegrityError."""
+    t0 = time.time()
+    lb = load_build(build_dir)
+    target, drafter = lb.checks["target"], lb.checks.get("drafter")
+    return VerifyReport(build_dir=str(lb.build_dir), build_id=lb.manifest.build_id, recipe=lb.manifest.recipe,
+                        hashed=lb.checks.get("hashed", 0), compared=target.tensors + (drafter.tensors if drafter else 0),
+                        target_load=target.mode, drafter_load=drafter.mode if drafter else None,
+                        kv_cache_quantized=_kv_quantized(lb.model), seconds=round(time.time() - t0, 2))

@@ -1,0 +1,69 @@
+"""local: the embedded CPU server, launched as its own process (python -m qverify.serve.local_server)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from qverify.models import Endpoint
+from qverify.serve.base import LaunchedServer, ServerBackend, backends, check_port_free, free_port
+
+
+@backends.register("local")
+class LocalBackend(ServerBackend):
+    name = "local"
+
+    def command(self) -> list[str]:
+        flags = self.profile.flags
+        cmd = [sys.executable, "-m", "qverify.serve.local_server", "--build", str(self.build_dir),
+               "--host", self.host, "--port", str(self.port or 0)]
+        if flags.get("threads"):
+            cmd += ["--threads", str(flags["threads"])]
+        if flags.get("max_batch"):
+            cmd += ["--max-batch", str(flags["max_batch"])]
+        if flags.get("no_quant"):
+            cmd.append("--no-quant")
+        if flags.get("no_spec") or flags.get("speculative") is False:
+            cmd.append("--no-spec")
+        elif flags.get("speculative"):
+            cmd.append("--spec")
+        return cmd
+
+    def start(self) -> Endpoint:
+        if self.port is None:
+            self.port = free_port()
+        else:
+            check_port_free(self.port, self.host)
+        name = self.manifest.build_id if self.manifest else self.build_dir.name
+        log = self.logs_dir / f"local-{name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        self.server = LaunchedServer(self.command(), log)
+        self.server.start()
+        self.endpoint = Endpoint(base_url=f"http://{self.host}:{self.port}/v1", model=name)
+        return self.endpoint
+
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        self.server.wait_http(f"{self.root_url}/health", timeout)
+
+    def info(self) -> dict[str, Any]:
+        try:
+            return httpx.get(f"{self.root_url}/server_info", timeout=10).json()
+        except httpx.HTTPError:
+            return {}
+
+    def alive(self) -> bool:
+        return self.server.alive()
+
+    def stop(self) -> None:
+        if getattr(self, "server", None):
+            self.server.stop()
+
+    @property
+    def log_path(self):
+        return self.server.log_path

@@ -1,0 +1,201 @@
+"""The embedded OpenAI-compatible server (FastAPI + uvicorn) for a build on CPU.
+
+    python -m qverify.serve.local_server --build DIR [--port N] [--no-quant] [--no-spec]
+
+Endpoints: /health, /v1/models, /v1/chat/completions, /v1/completions (echo + logprobs),
+/server_info (SGLang's field names: max_total_num_tokens, internal_states[0].avg_spec_accept_length).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+
+from qverify.chatfmt import ARG_BEGIN, CALL_BEGIN, SECTION_BEGIN, parse_tool_calls
+from qverify.serve.batcher import Batcher
+from qverify.serve.engine import Engine, GenRequest
+from qverify.serve.model_loader import LoadedModel, load_for_serving
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: int = 1
+    stream: bool = False
+    return_meta_info: bool = False
+
+
+class ChatBody(_Body):
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+
+
+class CompletionBody(_Body):
+    prompt: str | list[int]
+    echo: bool = False
+    logprobs: int | None = None
+
+
+def _err(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "code": status}})
+
+
+def _stops(stop: str | list[str] | None) -> list[str]:
+    return [stop] if isinstance(stop, str) else list(stop or [])
+
+
+def create_app(loaded: LoadedModel, max_batch: int = 8, threads: int = 1) -> FastAPI:
+    engine = Engine(loaded.model, loaded.tokenizer, loaded.drafter)
+    batcher = Batcher(engine, max_batch=max_batch, threads=threads)
+    tok = loaded.tokenizer
+    app = FastAPI(title="qverify local server")
+    app.state.batcher = batcher
+    name = loaded.served_name
+
+    def check_len(n_prompt: int, max_tokens: int) -> JSONResponse | None:
+        if n_prompt + max_tokens > engine.max_context:
+            return _err(400, f"This model's maximum context length is {engine.max_context} tokens; the request has "
+                             f"{n_prompt} prompt tokens and max_tokens {max_tokens}.")
+        return None
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "qverify",
+                                            "max_model_len": engine.max_context}]}
+
+    @app.get("/server_info")
+    async def server_info() -> dict:
+        return {**loaded.info, "max_total_num_tokens": engine.max_context, "max_batch": batcher.max_batch,
+                "speculative": engine.drafter is not None, "busy_s": round(batcher.busy_s, 3),
+                "requests": batcher.requests, "batches": batcher.batches,
+                "internal_states": [{"avg_spec_accept_length": engine.avg_accept_length()}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatBody) -> Any:
+        if body.stream:
+            return _err(400, "stream=true is not supported by the embedded server; use stream=false")
+        tools = body.tools if body.tool_choice != "none" else body.tools
+        try:
+            prompt = tok.apply_chat_template(body.messages, tools=tools, tokenize=False, add_generation_prompt=True)
+        except Exception as e:  # a malformed message list is the client's error, not a 500
+            return _err(400, f"could not render messages: {e}")
+        prefill, banned = "", []
+        if body.tools and body.tool_choice == "required":
+            prefill = SECTION_BEGIN
+        elif body.tools and isinstance(body.tool_choice, dict):
+            fn = body.tool_choice.get("function", {}).get("name")
+            prefill = f"{SECTION_BEGIN}{CALL_BEGIN}functions.{fn}:0{ARG_BEGIN}"
+        elif body.tool_choice == "none" or not body.tools:
+            banned = [tok.convert_tokens_to_ids(SECTION_BEGIN)]
+        ids = tok(prompt + prefill, add_special_tokens=False)["input_ids"]
+        max_tokens = body.max_completion_tokens or body.max_tokens or 256
+        if (e := check_len(len(ids), max_tokens)) is not None:
+            return e
+        t0 = time.perf_counter()
+        res = await batcher.submit("gen", GenRequest(
+            prompt_ids=ids, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed,
+            stop=_stops(body.stop), want_logprobs=body.logprobs, top_logprobs=body.top_logprobs or 0,
+            bad_token_ids=banned))
+        parsed = parse_tool_calls(prefill + res.text) if body.tools and body.tool_choice != "none" else None
+        message: dict[str, Any] = {"role": "assistant", "content": res.text}
+        finish = res.finish_reason
+        if parsed and parsed.tool_calls:
+            message = {"role": "assistant", "content": parsed.content or None, "tool_calls": [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in parsed.tool_calls]}
+            finish = "tool_calls"
+        elif parsed:
+            message["content"] = prefill + res.text
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+        if body.logprobs and res.logprobs is not None:
+            choice["logprobs"] = {"content": [
+                {"token": x["token"], "logprob": x["logprob"],
+                 "top_logprobs": [{"token": t, "logprob": v} for t, v in x["top"].items()]} for x in res.logprobs]}
+        out = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
+               "model": name, "choices": [choice],
+               "usage": {"prompt_tokens": len(ids), "completion_tokens": len(res.token_ids),
+                         "total_tokens": len(ids) + len(res.token_ids)}}
+        meta = {**res.meta_info, "e2e_latency": round(time.perf_counter() - t0, 4)}
+        out["meta_info"] = meta  # SGLang returns this with return_meta_info; harmless otherwise
+        return out
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionBody) -> Any:
+        if body.stream:
+            return _err(400, "stream=true is not supported by the embedded server; use stream=false")
+        ids = body.prompt if isinstance(body.prompt, list) else tok(body.prompt, add_special_tokens=False)["input_ids"]
+        if not ids:
+            return _err(400, "empty prompt")
+        max_tokens = body.max_tokens if body.max_tokens is not None else 16
+        if (e := check_len(len(ids), max_tokens)) is not None:
+            return e
+        k = body.logprobs or 0
+        echo_lps = await batcher.submit("echo", (ids, k)) if body.echo and body.logprobs is not None else None
+        res = None
+        if max_tokens > 0:
+            res = await batcher.submit("gen", GenRequest(
+                prompt_ids=ids, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
+                seed=body.seed, stop=_stops(body.stop), want_logprobs=body.logprobs is not None, top_logprobs=k))
+        text = (tok.decode(ids, skip_special_tokens=False) if body.echo else "") + (res.text if res else "")
+        lp_rows = (echo_lps or []) + ((res.logprobs or []) if res else [])
+        choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": res.finish_reason if res else "length"}
+        if body.logprobs is not None:
+            choice["logprobs"] = {"tokens": [x["token"] for x in lp_rows],
+                                  "token_logprobs": [x["logprob"] for x in lp_rows],
+                                  "top_logprobs": [x["top"] or None for x in lp_rows]}
+        n_out = len(res.token_ids) if res else 0
+        return {"id": f"cmpl-{uuid.uuid4().hex[:12]}", "object": "text_completion", "created": int(time.time()),
+                "model": name, "choices": [choice],
+                "usage": {"prompt_tokens": len(ids), "completion_tokens": n_out, "total_tokens": len(ids) + n_out}}
+
+    @app.exception_handler(Exception)
+    async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
+        return _err(500, f"{type(exc).__name__}: {exc}", "server_error")
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="qverify embedded OpenAI-compatible server")
+    ap.add_argument("--build", type=Path, required=True, help="build dir (with build.json) or a HF model dir")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=30000)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--max-batch", type=int, default=8)
+    ap.add_argument("--no-quant", action="store_true", help="switch fake quantization off (logits = baseline)")
+    spec = ap.add_mutually_exclusive_group()
+    spec.add_argument("--spec", dest="spec", action="store_true", default=None, help="use the build's drafter")
+    spec.add_argument("--no-spec", dest="spec", action="store_false", help="ignore the build's drafter")
+    ap.add_argument("--dtype", default="float32", help="compute dtype on CPU (float32 is faster than bf16 here)")
+    args = ap.parse_args(argv)
+    import torch
+    import uvicorn
+
+    torch.set_num_threads(args.threads)
+    loaded = load_for_serving(args.build, quantization=not args.no_quant, speculative=args.spec, dtype=args.dtype)
+    app = create_app(loaded, max_batch=args.max_batch, threads=args.threads)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

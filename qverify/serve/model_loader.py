@@ -1,0 +1,60 @@
+"""Load a build for serving: the integrity-checked loader (qverify.quantize.loader) plus serving options."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qverify.errors import BadInput
+
+
+@dataclass
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    drafter: Any | None
+    served_name: str
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def wants_speculative(manifest: dict[str, Any]) -> bool:
+    """Speculative decoding on the CPU server forces batch 1, so it is used where the recipe
+    touches the drafter (then the drafter is what is being verified), not for every build."""
+    serving = manifest.get("serving") or {}
+    return bool(serving.get("requires_drafter") or serving.get("draft_model_quantization"))
+
+
+def load_for_serving(path: Path, quantization: bool = True, speculative: bool | None = None,
+                     dtype: str = "float32") -> LoadedModel:
+    """`speculative=None` follows the build's recipe (wants_speculative); True/False force it."""
+    import torch
+
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise BadInput(f"{path} is not a build or Hugging Face model directory (no config.json)",
+                       fix="pass a build dir from `qverify builds` or a local HF model dir")
+    manifest: dict[str, Any] = {}
+    if (path / "build.json").exists():
+        from qverify.quantize.loader import load_build
+
+        lb = load_build(path)
+        if not quantization:
+            lb.set_quantization_enabled(False)
+        model, tok, drafter = lb.model, lb.tokenizer, lb.drafter
+        manifest = json.loads((path / "build.json").read_text())
+    else:  # a plain HF model directory (no build): load it as is
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(path)
+        tok = AutoTokenizer.from_pretrained(path)
+        has = (path / "drafter" / "config.json").exists()
+        drafter = AutoModelForCausalLM.from_pretrained(path / "drafter") if has else None
+    use_spec = wants_speculative(manifest) if speculative is None else speculative
+    model = model.to(getattr(torch, dtype)).eval()
+    drafter = drafter.to(getattr(torch, dtype)).eval() if (drafter is not None and use_spec) else None
+    info = {"build_id": manifest.get("build_id"), "recipe": manifest.get("recipe"), "model_path": str(path),
+            "kv_cache_dtype": manifest.get("kv_dtype", "bf16"), "kv_bytes_per_token": manifest.get("kv_bytes_per_token"),
+            "quantization_enabled": quantization, "dtype": dtype}
+    return LoadedModel(model=model, tokenizer=tok, drafter=drafter, served_name=manifest.get("build_id") or path.name, info=info)

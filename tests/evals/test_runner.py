@@ -1,0 +1,154 @@
+"""`qverify eval` against real local servers: pairing, resume after kills, faults, bounds, overflow."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import psutil
+import pytest
+
+from qverify.evals.pipeline import evaluate_build
+from qverify.evals.runner import replicate_seed
+from qverify.evals.store import RunStore
+from qverify.models import ServingProfile
+from qverify.serve.local import LocalBackend
+from qverify.workdir import Workdir
+from tests.evals.conftest import FaultyProxy
+
+LIMIT, REPS = 4, 2
+
+
+def _cli(wd, *args):
+    return [sys.executable, "-m", "qverify", "--workdir", str(wd), "eval", *args]
+
+
+def _lines(store: RunStore) -> int:
+    return sum(len(store.results(k)) for k in store.replicates())
+
+
+def _check_complete(store: RunStore, n_items: int, reps: int):
+    seen = Counter()
+    for k in store.replicates():
+        raw = [ln for ln in store.replicate_path(k).read_text().splitlines() if ln.strip()]
+        ok = [r for r in store.results(k) if r.error is None]
+        assert len(ok) == n_items, f"replicate {k}: {len(ok)} results"
+        for r in ok:
+            seen[(r.item_id, r.replicate)] += 1
+            assert r.seed == replicate_seed(r.item_id, r.replicate)
+        assert len(raw) == len(ok), "duplicated or stray lines"
+    assert len(seen) == n_items * reps and set(seen.values()) == {1}
+
+
+def test_paired_replicates_across_builds(bf16_build, tiny_model_dir, eval_workdir):
+    """Two builds evaluated with the same suite get the same item ids and the same seeds."""
+    from qverify.quantize.build import build
+
+    other = build("fp8kv", model=tiny_model_dir, workdir=eval_workdir, calib_samples=8, calib_seq_len=64)
+    wd = Workdir.at(eval_workdir)
+    for b in (bf16_build, other):
+        evaluate_build(wd, b.manifest.build_id, ["toolcall"], replicates=REPS, limit=LIMIT, show_progress=False)
+    a = RunStore(wd.run_dir(bf16_build.manifest.build_id, "toolcall"))
+    b = RunStore(wd.run_dir(other.manifest.build_id, "toolcall"))
+    for k in range(REPS):
+        pa = {(r.item_id, r.seed) for r in a.results(k)}
+        pb = {(r.item_id, r.seed) for r in b.results(k)}
+        assert pa == pb and len(pa) == LIMIT
+    assert a.read_manifest().item_set_hash == b.read_manifest().item_set_hash
+    assert a.read_manifest().complete and b.read_manifest().complete
+
+
+def test_resume_after_killing_the_client(bf16_build, tmp_path):
+    wd = tmp_path / "wd"
+    (wd / "builds").mkdir(parents=True)
+    os.symlink(bf16_build.build_dir, wd / "builds" / bf16_build.manifest.build_id)
+    store = RunStore(wd / "runs" / bf16_build.manifest.build_id / "longctx")
+    args = _cli(wd, bf16_build.manifest.build_id, "--suites", "longctx", "--limit", "6", "--replicates", "2",
+                "--concurrency", "1")
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and (not store.dir.exists() or _lines(store) < 3):
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGKILL)  # the client and the server it launched
+    p.wait()
+    partial = _lines(store)
+    assert 0 < partial < 12
+    subprocess.run(args, check=True, capture_output=True, timeout=600)
+    _check_complete(store, 6, 2)
+
+
+def test_resume_after_killing_the_server(bf16_build, tmp_path):
+    wd = tmp_path / "wd"
+    (wd / "builds").mkdir(parents=True)
+    os.symlink(bf16_build.build_dir, wd / "builds" / bf16_build.manifest.build_id)
+    store = RunStore(wd / "runs" / bf16_build.manifest.build_id / "longctx")
+    args = _cli(wd, bf16_build.manifest.build_id, "--suites", "longctx", "--limit", "6", "--replicates", "2",
+                "--concurrency", "1")
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and (not store.dir.exists() or _lines(store) < 3):
+        time.sleep(0.2)
+    servers = [c for c in psutil.process_iter(["cmdline"]) if "qverify.serve.local_server" in " ".join(c.info["cmdline"] or [])
+               and str(wd) in " ".join(c.info["cmdline"] or [])]
+    assert servers, "the eval's server process was not found"
+    for s in servers:
+        s.kill()
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 3, err
+    assert "server" in err.lower()
+    subprocess.run(args, check=True, capture_output=True, timeout=600)
+    _check_complete(store, 6, 2)
+
+
+@pytest.fixture(scope="module")
+def served(bf16_build, tmp_path_factory):
+    backend = LocalBackend(bf16_build.build_dir, bf16_build.manifest, ServingProfile(), tmp_path_factory.mktemp("logs"))
+    with backend:
+        yield backend
+
+
+def test_faults_are_retried_classified_and_never_scored(bf16_build, served, tmp_path):
+    from qverify.evals import client as client_mod
+    from qverify.suites.toolcall import generate_toolcall_items
+
+    victim = generate_toolcall_items("toolcall", "held-out", LIMIT, 0)[1].messages[0]["content"]
+    wd = Workdir.at(tmp_path / "wd")
+    wd.builds.mkdir(parents=True)
+    os.symlink(bf16_build.build_dir, wd.builds / bf16_build.manifest.build_id)
+    old = client_mod.Client.__init__.__defaults__
+    # a short timeout so the injected hang times out quickly; retries as in production
+    client_mod.Client.__init__.__defaults__ = (8, 2.0, 4, 0.05)
+    try:
+        with FaultyProxy(served.root_url, fail_first=1, hang_first=1, always_fail=victim) as proxy:
+            prof = ServingProfile(name="endpoint", backend="endpoint", endpoint=proxy.url)
+            out = evaluate_build(wd, bf16_build.manifest.build_id, ["toolcall"], replicates=REPS, serving=prof,
+                                 limit=LIMIT, concurrency=3, show_progress=False)
+    finally:
+        client_mod.Client.__init__.__defaults__ = old
+    store = RunStore(wd.run_dir(bf16_build.manifest.build_id, "toolcall"))
+    rows = [r for k in store.replicates() for r in store.results(k)]
+    errs = [r for r in rows if r.error]
+    assert {r.error for r in errs} == {"http_5xx"} and len(errs) == REPS  # only the victim, once per replicate
+    assert all(not r.scores and r.response is None for r in errs)  # an infra error is never a wrong answer
+    assert all(r.scores and r.metadata["attempts"] == 3 for r in rows if not r.error)  # hang → 503 → ok
+    assert proxy.peak <= 3  # the concurrency bound held
+    m = store.read_manifest()
+    assert m.error_rate == pytest.approx(REPS / (LIMIT * REPS)) and not m.complete  # 25% > 2% budget
+    assert out[0].errors == REPS
+
+
+def test_context_overflow_is_a_per_item_error(bf16_build, served, tmp_path):
+    wd = Workdir.at(tmp_path / "wd")
+    wd.builds.mkdir(parents=True)
+    os.symlink(bf16_build.build_dir, wd.builds / bf16_build.manifest.build_id)
+    prof = ServingProfile(name="endpoint", backend="endpoint", endpoint=served.root_url)
+    evaluate_build(wd, bf16_build.manifest.build_id, ["longctx"], replicates=1, serving=prof, limit=2,
+                   show_progress=False, suite_options={"longctx": {"lengths": [256, 2600]}})
+    rows = RunStore(wd.run_dir(bf16_build.manifest.build_id, "longctx")).results(0)
+    by_len = {r.item_id: r for r in rows}
+    assert len(rows) == 2
+    assert sorted((r.error or "ok") for r in by_len.values()) == ["context_overflow", "ok"]

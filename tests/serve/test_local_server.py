@@ -1,0 +1,152 @@
+"""The embedded server as a real process on 127.0.0.1, serving a real (memorised) tiny model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+
+import httpx
+import pytest
+
+from qverify.models import ServingProfile
+from qverify.serve.local import LocalBackend
+from tests import parrot
+
+
+@pytest.fixture(scope="module")
+def server(parrot_dir, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("logs")
+    backend = LocalBackend(parrot_dir, None, ServingProfile(flags={"speculative": False}), logs)
+    with backend as ep:
+        yield backend, ep
+
+
+def _chat(ep, **body):
+    r = httpx.post(f"{ep.base_url}/chat/completions", json={"model": ep.model, **body}, timeout=120)
+    return r
+
+
+def test_models_and_health(server):
+    backend, ep = server
+    assert httpx.get(f"{backend.root_url}/health").json()["status"] == "ok"
+    assert httpx.get(f"{ep.base_url}/models").json()["data"][0]["id"] == ep.model
+
+
+def test_chat_text(server):
+    _, ep = server
+    r = _chat(ep, messages=[{"role": "user", "content": parrot.TEXT_PROMPT}], temperature=0, max_tokens=30).json()
+    ch = r["choices"][0]
+    assert ch["message"]["content"] == parrot.TEXT_ANSWER
+    assert ch["finish_reason"] == "stop"
+    assert r["usage"]["completion_tokens"] > 0 and r["usage"]["total_tokens"] == r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"]
+
+
+def test_parsed_tool_call(server):
+    _, ep = server
+    r = _chat(ep, messages=[{"role": "user", "content": parrot.CALL_PROMPT}], tools=parrot.TOOLS, temperature=0,
+              max_tokens=60).json()
+    ch = r["choices"][0]
+    assert ch["finish_reason"] == "tool_calls"
+    call = ch["message"]["tool_calls"][0]
+    assert call["id"] == "functions.read_file:0"
+    assert call["function"]["name"] == "read_file"
+    assert json.loads(call["function"]["arguments"]) == parrot.CALL_ARGS
+
+
+def test_malformed_markup_is_content_not_500(server):
+    _, ep = server
+    r = _chat(ep, messages=[{"role": "user", "content": parrot.BAD_PROMPT}], tools=parrot.TOOLS, temperature=0, max_tokens=60)
+    assert r.status_code == 200
+    ch = r.json()["choices"][0]
+    assert ch["finish_reason"] == "stop"
+    assert "tool_calls" not in ch["message"]
+    assert ch["message"]["content"].startswith("<|tool_calls_section_begin|>")
+
+
+def test_tool_choice_none_bans_calls(server):
+    _, ep = server
+    r = _chat(ep, messages=[{"role": "user", "content": parrot.CALL_PROMPT}], tools=parrot.TOOLS, tool_choice="none",
+              temperature=0, max_tokens=20).json()
+    ch = r["choices"][0]
+    assert ch["finish_reason"] != "tool_calls" and "<|tool_calls_section_begin|>" not in (ch["message"]["content"] or "")
+
+
+def test_finish_length(server):
+    _, ep = server
+    ch = _chat(ep, messages=[{"role": "user", "content": parrot.TEXT_PROMPT}], temperature=0, max_tokens=2).json()["choices"][0]
+    assert ch["finish_reason"] == "length"
+
+
+def test_chat_logprobs(server):
+    _, ep = server
+    ch = _chat(ep, messages=[{"role": "user", "content": parrot.TEXT_PROMPT}], temperature=0, max_tokens=5,
+               logprobs=True, top_logprobs=3).json()["choices"][0]
+    rows = ch["logprobs"]["content"]
+    assert len(rows) == 5
+    for row in rows:
+        assert len(row["top_logprobs"]) == 3
+        assert row["logprob"] <= 0
+        # greedy: the chosen token is the most likely one
+        assert row["top_logprobs"][0]["token"] == row["token"]
+
+
+def test_completion_echo_logprobs(server):
+    _, ep = server
+    r = httpx.post(f"{ep.base_url}/completions", json={"model": ep.model, "prompt": "def load_config(path):",
+                                                      "max_tokens": 0, "echo": True, "logprobs": 4}, timeout=60).json()
+    lp = r["choices"][0]["logprobs"]
+    assert lp["token_logprobs"][0] is None and len(lp["tokens"]) == r["usage"]["prompt_tokens"]
+    assert all(v <= 0 for v in lp["token_logprobs"][1:])
+    assert all(len(t) == 4 for t in lp["top_logprobs"][1:])
+
+
+def test_same_seed_same_output_even_in_a_batch(server):
+    _, ep = server
+    body = dict(messages=[{"role": "user", "content": parrot.TEXT_PROMPT}], temperature=1.5, max_tokens=12, seed=1234)
+    alone = _chat(ep, **body).json()["choices"][0]["message"]["content"]
+
+    async def burst():
+        async with httpx.AsyncClient(timeout=120) as c:
+            reqs = [c.post(f"{ep.base_url}/chat/completions", json={"model": ep.model, **body, "seed": 1234 if i == 3 else i})
+                    for i in range(8)]
+            return [r.json()["choices"][0]["message"]["content"] for r in await asyncio.gather(*reqs)]
+
+    outs = asyncio.run(burst())
+    assert outs[3] == alone  # same seed in a batch of 8 → same tokens
+    assert len(set(outs)) > 1  # other seeds sample differently at T=1.5
+
+
+def test_eight_concurrent_requests(server):
+    backend, ep = server
+    before = httpx.get(f"{backend.root_url}/server_info").json()
+
+    async def burst():
+        async with httpx.AsyncClient(timeout=120) as c:
+            rs = await asyncio.gather(*[c.post(f"{ep.base_url}/chat/completions", json={
+                "model": ep.model, "messages": [{"role": "user", "content": f"{parrot.TEXT_PROMPT} {i}"}],
+                "max_tokens": 8, "temperature": 0}) for i in range(8)])
+            return [r.status_code for r in rs]
+
+    assert asyncio.run(burst()) == [200] * 8
+    after = httpx.get(f"{backend.root_url}/server_info").json()
+    assert after["requests"] - before["requests"] == 8
+    assert after["batches"] - before["batches"] < 8  # some requests shared a batch
+
+
+def test_context_overflow_is_a_400(server):
+    _, ep = server
+    r = _chat(ep, messages=[{"role": "user", "content": "word " * 3000}], max_tokens=10)
+    assert r.status_code == 400 and "context length" in r.json()["error"]["message"]
+
+
+def test_clean_shutdown_leaves_no_process(parrot_dir, tmp_path):
+    backend = LocalBackend(parrot_dir, None, ServingProfile(), tmp_path)
+    with backend:
+        pid, port = backend.server.pid, backend.port
+        os.kill(pid, 0)  # running
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # the port is free again
