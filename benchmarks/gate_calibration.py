@@ -94,16 +94,20 @@ def draw(model: SuiteModel, build: str, k: int, rng: np.random.Generator) -> Run
 
 
 def default_models(rng: np.random.Generator, scale: float = 1.0) -> dict[str, SuiteModel]:
-    """A baseline like the embedded model served with GPU nondeterminism (a share of items flip run to run)."""
+    """A baseline like the embedded model (field notes: coding 94%, tools ~100%, long context 37%) served
+    with GPU nondeterminism: a share of items flip run to run, 5% at T=0 (coding, longctx), 15% at
+    T=0.6 (toolcall), 25% at T=1 (verifier). Assumed, not measured: real mode replaces all of it."""
 
     def mixed(n: int, acc: float, unstable: float) -> np.ndarray:
         return np.where(rng.random(n) < unstable, rng.uniform(0.15, 0.85, n), (rng.random(n) < acc).astype(float))
 
-    n = {s: max(10, round(v * scale)) for s, v in {"coding": 40, "toolcall": 60, "longctx": 40, "verifier": 60, "kld": 24}.items()}
+    sizes = {"coding": 40, "toolcall": 60, "longctx": 40, "verifier": 60}  # the suites' default_n
+    n = {s: max(10, round(v * scale)) for s, v in sizes.items()} | {"kld": 24}  # kld: a fixed corpus
     return {
-        "coding": SuiteModel("coding", {"pass@1": mixed(n["coding"], 0.9, 0.10)}),
-        "toolcall": SuiteModel("toolcall", {"exact_call": mixed(n["toolcall"], 0.95, 0.15), "trigger": mixed(n["toolcall"], 0.99, 0.05)}),
-        "longctx": SuiteModel("longctx", {"accuracy": mixed(n["longctx"], 0.37, 0.15),
+        "coding": SuiteModel("coding", {"pass@1": mixed(n["coding"], 0.9, 0.05)}),
+        "toolcall": SuiteModel("toolcall", {"exact_call": mixed(n["toolcall"], 0.95, 0.15),
+                                            "trigger": mixed(n["toolcall"], 0.99, 0.05)}),
+        "longctx": SuiteModel("longctx", {"accuracy": mixed(n["longctx"], 0.37, 0.05),
                                           "length": rng.choice(LENGTHS, n["longctx"]).astype(float)}),
         "verifier": SuiteModel("verifier", {"tool_call_finish": mixed(n["verifier"], 0.6, 0.25),
                                             "schema_accuracy": mixed(n["verifier"], 0.97, 0.05),
@@ -222,23 +226,29 @@ def run_condition(src: Source, trials: int, kb: int, kc: int, cfg: QVerifyConfig
     return tally, float(np.mean(effects)) if effects else float("nan")
 
 
-def table(results: dict[str, tuple[Tally, float]]) -> tuple[list[str], list[list[str]]]:
-    cols = ["rule"] + [f"{c}: {'false FAIL' if c == 'A/A' else 'false PASS'}" for c in results]
-    rows = []
+LEGEND = ("Each cell: the share of trials with that outcome. A/A (no change): PASS is right, any FAIL is a "
+          "false FAIL (target <= 0.05); lossy and injected: FAIL is a detection (target >= 0.95), any PASS a "
+          "false pass. Anchors have no INCONCLUSIVE: their 'pass' row is 1 - false FAIL on A/A, the false-pass "
+          "rate elsewhere.")
 
+
+def table(results: dict[str, tuple[Tally, float]]) -> tuple[list[str], list[list[str]]]:
     def rate(x: int, n: int) -> str:
         return f"{x / n:.2f}" if n else "–"
 
-    q = ["qverify"] + [rate(t.verdicts["FAIL"] if c == "A/A" else t.verdicts["PASS"], t.n) for c, (t, _) in results.items()]
-    qi = ["qverify: INCONCLUSIVE"] + [rate(t.verdicts["INCONCLUSIVE"], t.n) for t, _ in results.values()]
-    rows += [q, qi]
+    rows = [[f"qverify {v}"] + [rate(t.verdicts[v], t.n) for t, _ in results.values()]
+            for v in ("PASS", "INCONCLUSIVE", "FAIL")]
     for a in ANCHORS:
         if any(a not in (t.anchors_fail or {}) for t, _ in results.values()):
             continue  # not applicable to these suites (the K2VV floor needs verifier runs)
-        rows.append([a] + [rate(t.anchors_fail[a] if c == "A/A" else t.n - t.anchors_fail[a], t.n)
-                           for c, (t, _) in results.items()])
+        rows.append([f"{a}: pass"] + [rate(t.n - t.anchors_fail[a], t.n) for t, _ in results.values()])
     rows.append(["mean Δ on primaries (pts)"] + [f"{100 * e:+.1f}" for _, e in results.values()])
-    return cols, rows
+    return ["rule"] + list(results), rows
+
+
+def from_json(path: Path) -> dict[str, tuple[Tally, float]]:
+    raw = json.loads(path.read_text())
+    return {n: (Tally(r["trials"], r["verdicts"], r["anchors_fail"], r["causes"]), r["mean_effect"]) for n, r in raw.items()}
 
 
 def markdown(cols: list[str], rows: list[list[str]]) -> str:
@@ -254,16 +264,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rebuild", help="an identical rebuild (default: the baseline's own disjoint replicates)")
     ap.add_argument("--lossy", action="append", default=None, help="lossy control build (repeat)")
     ap.add_argument("--suites", default="coding,toolcall,longctx,verifier,kld")
-    ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--trials", type=int, default=150)
     ap.add_argument("--kb", type=int, default=3, help="baseline replicates per trial")
     ap.add_argument("--kc", type=int, default=3, help="candidate replicates per trial")
     ap.add_argument("--effects", default="0.05,0.1,0.2", help="injected fractions of items answered wrongly")
-    ap.add_argument("--scale", type=float, default=1.0, help="simulate: items per suite x this (default sizes 40/60/40/60/24)")
-    ap.add_argument("--n-boot", type=int, default=500)
+    ap.add_argument("--scale", type=float, default=1.0, help="simulate: items per suite x this (defaults 40/60/40/60; kld 24)")
+    ap.add_argument("--n-boot", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--render", type=Path, help="only print the table of a saved --json result")
     args = ap.parse_args(argv)
+    if args.render:
+        cols, rows = table(from_json(args.render))
+        print(markdown(cols, rows) + "\n\n" + LEGEND)
+        return 0
     suites = [s for s in args.suites.split(",") if s]
     cfg = QVerifyConfig(suites=suites)
     rng = np.random.default_rng(args.seed)
@@ -317,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         tab.add_row(*r)
     Console(width=200).print(tab)
-    md = markdown(cols, rows)
+    md = markdown(cols, rows) + "\n\n" + LEGEND
     print(md)
     if args.markdown:
         args.markdown.write_text(md + "\n")

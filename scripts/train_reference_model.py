@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=float, default=20e6, help="target training tokens")
     ap.add_argument("--drafter-tokens", type=float, default=3e6)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--eval-n", type=int, default=100, help="held-out items per suite for the final scores")
+    ap.add_argument("--eval-n", type=int, default=60, help="held-out items per suite for the final scores")
     ap.add_argument("--smoke", action="store_true", help="tiny budgets: checks the script runs end to end")
     args = ap.parse_args()
 

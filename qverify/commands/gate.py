@@ -20,10 +20,12 @@ def gate_cmd(
     candidate: Annotated[list[str] | None, typer.Option("--candidate", help="candidate build; repeat for several")] = None,
     recipe: Annotated[str | None, typer.Option("--recipe", help="build + eval + gate this recipe against the config's baseline")] = None,
     config: ConfigOpt = None,
-    suites: Annotated[str | None, typer.Option("--suites", help="comma-separated suites (default: the config's)")] = None,
+    suites: Annotated[str | None, typer.Option("--suites", help="comma-separated suites (default: the config's that the baseline ran)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the GateReport as JSON")] = False,
     n_boot: Annotated[int, typer.Option("--n-boot", help="bootstrap resamples")] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="bootstrap seed (the gate id depends on it)")] = 0,
+    no_report: Annotated[bool, typer.Option("--no-report", help="skip the MLflow upload and review report")] = False,
+    tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: sqlite in the workdir)")] = None,
 ) -> None:
     """Decide PASS / FAIL / INCONCLUSIVE against run-to-run noise."""
     from qverify.config import load_config
@@ -51,7 +53,16 @@ def gate_cmd(
     else:
         render(report, s.out.console)
         s.out.info(f"wrote {s.workdir.gate_dir(report.gate_id) / 'gate.json'}")
-    raise typer.Exit(exit_code(report))
+    code = exit_code(report)
+    if cfg.report and not no_report:
+        from qverify.commands.report import report_after_gate
+
+        # A tracking failure never changes the verdict; it only turns a PASS's exit code into 3 (infrastructure),
+        # so automation notices that the release review was not uploaded. The replay command is printed.
+        rc = report_after_gate(s.workdir, report.gate_id, tracking_uri or cfg.tracking_uri, out=s.out)
+        if rc and code == 0:
+            code = rc
+    raise typer.Exit(code)
 
 
 def ensure_runs_hook(s, cfg, recipe: str | None, suites: list[str] | None) -> tuple[str, list[str]]:

@@ -84,11 +84,13 @@ def report_cmd(
     if gate is not None:
         _show(st.out, _upload(st.workdir.root, gate, tracking_uri, not no_registry, st.out))
         return
+    import math
+
     from qverify.reports.compare import compare as rank
 
     df = rank(st.workdir.root, baseline, tracking_uri)
     st.out.data(df.to_dict(orient="records"))
-    fmt = lambda v, f: "–" if v is None or v != v else f.format(v)  # noqa: E731 - NaN != NaN
+    fmt = lambda v, f: "–" if v is None or math.isnan(v) else f.format(v)
     st.out.table(f"candidates against baseline {df['baseline'].iloc[0][:12] if len(df) else '?'}",
                  ["rank", "recipe", "build", "verdict", "KV tokens ×", "weights Δ", "worst Δ/band", "gate"],
                  [[r["rank"], r["recipe"], str(r["build_id"])[:12], r["verdict"], fmt(r["kv_tokens_ratio"], "{:.2f}"),

@@ -141,7 +141,7 @@ async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str]
                         ir = await coro
                         writers[ir.replicate].append(ir)
                         prog.advance(task)
-                        if ir.error in ("connection", "timeout") and not alive():
+                        if ir.error in ("connection", "timeout") and not alive() and not (await asyncio.sleep(2) or alive()):
                             raise InfraError(f"the server died during suite {suite.name}",
                                              fix="see the server log under <workdir>/logs/, then rerun the same command to resume")
                 finally:

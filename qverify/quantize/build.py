@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from qverify.errors import BadInput
+from qverify.errors import BadInput, InfraError
 from qverify.models import BuildManifest, content_hash
 from qverify.quantize import manifest as mf
 from qverify.quantize.loader import DRAFTER_DIR, VerifyReport, verify_build
@@ -31,6 +31,7 @@ from qverify.quantize.recipe import LoadedRecipe, load_recipe
 
 OnStage = Callable[[str, float | None], None]
 _MODEL_FILES = ("config.json", "generation_config.json")
+_TOKENIZER_PREFIXES = ("tokenizer", "special_tokens_map", "chat_template", "added_tokens", "vocab", "merges")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
@@ -69,6 +70,8 @@ def check_model_dir(path: Path, what: str, default: bool = False) -> Path:
     if not list(path.glob("*.safetensors")):
         raise BadInput(f"{path} is not a Hugging Face model dir (no *.safetensors weights)",
                        fix=f"pass --{what} DIR containing config.json and *.safetensors")
+    if what == "model" and not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        raise BadInput(f"{path} has no tokenizer files", fix="save the tokenizer next to the model (tokenizer.save_pretrained)")
     if config.get("quantization_config"):
         raise BadInput(f"{path} is already quantized", fix=f"pass the unquantized {what} (e.g. a bf16 build's source)")
     return path.resolve()
@@ -130,7 +133,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
           workdir: Path | str = ".qverify", out: Path | str | None = None, calib_data: str | None = None,
           calib_samples: int | None = None, calib_seq_len: int | None = None, force: bool = False,
           on_stage: OnStage | None = None) -> BuildResult:
-    """Build (or reuse) a serving build. Bad input → BadInput; a failed load check → IntegrityError."""
+    """Build (or reuse) a serving build. Bad input or disk full → BadInput; a fresh build failing its load check → InfraError."""
     from qverify.assets import default_model_dir
     from qverify.quantize.calibration import load_calibration
 
@@ -177,7 +180,11 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
                 control=rec.control)
             (tmp / mf.MANIFEST).write_text(manifest.model_dump_json(indent=2))
         with _stage("verify", on_stage, seconds):
-            report = verify_build(tmp)
+            try:
+                report = verify_build(tmp)
+            except mf.IntegrityError as e:  # a fresh build that does not reload exactly is our failure, not the user's
+                raise InfraError(f"the new build failed its load check and was discarded: {e}",
+                                 fix="report it with the recipe and model (run with -v for the traceback)") from e
         with _stage("publish", on_stage, seconds):
             _publish(tmp, out_dir)
         report.build_dir = str(out_dir)
@@ -210,19 +217,29 @@ def _publish(tmp: Path, out_dir: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _copy_tokenizer(src: Path, fallback: Path, dst: Path) -> None:
+    """Copy the tokenizer files byte for byte (the drafter falls back to the target's)."""
+    files = [p for p in sorted(src.iterdir()) if p.is_file() and p.name.startswith(_TOKENIZER_PREFIXES)]
+    if not files and src != fallback:
+        return _copy_tokenizer(fallback, fallback, dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    for p in files:
+        shutil.copy2(p, dst / p.name)
+
+
 def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path | None, calib, on_stage, seconds):
     """Write the target (and drafter) checkpoints into tmp; returns the quantization summary."""
-    from transformers import AutoTokenizer
-
     from qverify.quantize import compress
-    from qverify.quantize.calibration import to_dataset
 
     rec = loaded.recipe
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     dataset = None
     if calib is not None:
         with _stage("calibrate", on_stage, seconds):
-            dataset = to_dataset(calib, tokenizer)
+            from transformers import AutoTokenizer
+
+            from qverify.quantize.calibration import to_dataset
+
+            dataset = to_dataset(calib, AutoTokenizer.from_pretrained(model_dir))
     summary = []
     for which, src, dst in (("target", model_dir, tmp), ("drafter", drafter_dir, tmp / DRAFTER_DIR)):
         if src is None:
@@ -244,7 +261,6 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
                 summary += mf.quantization_summary(counts, qc, prefix="" if which == "target" else "drafter:")
                 del model
                 gc.collect()
-        tokenizer_src = src if (src / "tokenizer_config.json").exists() or (src / "tokenizer.json").exists() else model_dir
-        AutoTokenizer.from_pretrained(tokenizer_src).save_pretrained(dst)
+        _copy_tokenizer(src, model_dir, dst)
     (tmp / "recipe.yaml").write_text(loaded.recipe.resolved_yaml())
     return summary

@@ -76,11 +76,12 @@ def _file_texts(path: Path) -> list[str]:
             out.append(_render_row(row, f"{path}:{i}"))
         return out
     if path.suffix == ".parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         try:
             rows = pq.read_table(path).to_pylist()
-        except Exception as e:  # pyarrow raises several types for a bad file
+        except (pa.ArrowException, OSError) as e:
             raise BadInput(f"{path}: not a readable parquet file ({type(e).__name__})", fix="pass a valid .parquet file") from None
         return [_render_row(r, f"{path}: row {i}") for i, r in enumerate(rows)]
     raise BadInput(f"calibration file {path} must be .jsonl or .parquet", fix="convert it, or pass a suite name")

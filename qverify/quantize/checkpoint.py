@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from qverify.quantize.manifest import IntegrityError
 
+_EXPERT_KEY = re.compile(r"^(?P<prefix>.*\.experts)\.(?P<idx>\d+)\.(?P<rest>.+)$")
 _QUANTIZED_EXPERT = re.compile(r"\.experts\.\d+\..*\.(weight_packed|weight_scale|weight_global_scale|input_global_scale|weight_zero_point)$")
 
 
@@ -63,17 +66,56 @@ def _plain_expert_loading():
         yield
 
 
-def _load_transformers(path: Path):
+def _missing_expert(keys) -> str | None:
+    """The first per-expert tensor absent while its siblings exist (why fusing the experts fails)."""
+    groups: dict[tuple[str, str], set[int]] = {}
+    for k in keys:
+        if m := _EXPERT_KEY.search(k):
+            groups.setdefault((m["prefix"], m["rest"]), set()).add(int(m["idx"]))
+    n = max((max(v) + 1 for v in groups.values()), default=0)
+    for (prefix, rest), idx in sorted(groups.items()):
+        missing = sorted(set(range(n)) - idx)
+        if missing:
+            return f"{prefix}.{missing[0]}.{rest}"
+    return None
+
+
+def _load_transformers(path: Path, keys):
     from transformers import AutoModelForCausalLM
 
-    with _plain_expert_loading():
-        model, info = AutoModelForCausalLM.from_pretrained(path, dtype="auto", output_loading_info=True)
+    try:
+        with _plain_expert_loading():
+            model, info = AutoModelForCausalLM.from_pretrained(path, dtype="auto", output_loading_info=True)
+    except (RuntimeError, ValueError, KeyError, IndexError, OSError) as e:
+        # e.g. a per-expert tensor missing from the checkpoint: the experts cannot be fused
+        missing = _missing_expert(keys)
+        cause = f"tensor {missing} is missing" if missing else " ".join(str(e).split())[:200]
+        raise IntegrityError(f"{path.name}: the checkpoint does not load: {cause}",
+                             fix="do not serve this build; rebuild it") from None
     problems = {k: sorted(v) for k, v in info.items() if v}
     if problems:
         kind, keys = next(iter(problems.items()))
         raise IntegrityError(f"{path.name}: loading reported {kind}: {', '.join(map(str, keys[:3]))}"
                              f"{' ...' if len(keys) > 3 else ''}", fix="the build does not match its architecture; rebuild it")
     return model
+
+
+@contextlib.contextmanager
+def _quiet_libraries():
+    """Mute warnings that are expected here: llm-compressor's 'linearizing after load' advice, and
+    compressed-tensors' 'could not match' for a regex target that a class target also covers."""
+    from loguru import logger
+
+    match_log = logging.getLogger("compressed_tensors.utils.match")
+    level = match_log.level
+    logger.disable("llmcompressor")
+    match_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        if os.environ.get("LLM_COMPRESSOR_LOG_DISABLED", "").lower() != "true":  # leave a user's "off" alone
+            logger.enable("llmcompressor")
+        match_log.setLevel(level)
 
 
 def _load_linearized(path: Path, ckpt: dict):
@@ -90,8 +132,9 @@ def _load_linearized(path: Path, ckpt: dict):
     dtype = getattr(config, "dtype", None) or torch.bfloat16
     with skip_weights_initialize():
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    linearize_moe(model)
-    apply_quantization_config(model, qconfig, run_compressed=False, show_progress=False)
+    with _quiet_libraries():
+        linearize_moe(model)
+        apply_quantization_config(model, qconfig, run_compressed=False, show_progress=False)
     ModelCompressor(quantization_config=qconfig).compress_model(model)
     # assign=True keeps each tensor's checkpoint dtype (e.g. the fp32 router bias).
     result = model.load_state_dict(ckpt, strict=False, assign=True)
@@ -157,7 +200,7 @@ def load_checkpoint(path: Path):
         model, qconfig = _load_linearized(path, ckpt)
         mode = "linearized"
     else:
-        model = _load_transformers(path)
+        model = _load_transformers(path, ckpt)
         qconfig = QuantizationConfig.model_validate(qc) if qc else None
         mode = "transformers"
     n = compare_to_checkpoint(model, ckpt, mode, path)

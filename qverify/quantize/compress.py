@@ -14,7 +14,7 @@ def lc_recipe(stage: dict[str, Any], where: str):
 
     try:
         return LCRecipe.from_dict(stage)
-    except Exception as e:  # pydantic ValidationError, ValueError for unknown modifiers, ...
+    except (ValueError, TypeError, KeyError, AttributeError) as e:  # pydantic errors are ValueErrors
         msg = str(e).strip().splitlines()
         raise BadInput(f"{where}: llm-compressor rejects the stage: {' '.join(msg[:3])[:300]}",
                        fix="check the modifier arguments against llm-compressor 0.14") from None

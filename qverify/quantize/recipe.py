@@ -76,12 +76,12 @@ class Recipe(_Strict):
                 if not group.endswith("_modifiers") or not isinstance(mods, dict) or not mods:
                     raise ValueError(f"{stage}.{group}: expected '<name>_modifiers: {{ModifierName: {{args}}}}'")
                 for mod, args in mods.items():
-                    if not isinstance(args, dict):
-                        raise ValueError(f"{stage}.{group}.{mod}: modifier arguments must be a mapping")
+                    if not isinstance(args, dict):  # ValueError: pydantic reports only ValueErrors as invalid input
+                        raise ValueError(f"{stage}.{group}.{mod}: modifier arguments must be a mapping")  # noqa: TRY004
         return v
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Recipe":
+    def _consistent(self) -> Recipe:
         if self.corrupt is not None and not self.control:
             raise ValueError("'corrupt' is only allowed in a control recipe (control: true)")
         has_kv = any("kv_cache_scheme" in args for args in self.modifiers("target"))
@@ -158,7 +158,7 @@ def _mark_of(text: str, loc: tuple) -> yaml.Mark | None:
 def parse_recipe(text: str, path: Path, builtin: bool = False) -> LoadedRecipe:
     """Validate recipe text; errors are BadInput with file:line:col."""
     try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
@@ -198,7 +198,7 @@ def load_recipe(name_or_path: str | Path) -> LoadedRecipe:
     """A built-in name (did-you-mean on a typo) or a path to a recipe YAML file."""
     s = str(name_or_path)
     p = Path(s).expanduser()
-    if p.suffix in (".yaml", ".yml") or "/" in s or p.is_file():
+    if p.suffix in (".yaml", ".yml") or "/" in s:  # a bare word is always a name, never a file in cwd
         if not p.is_file():
             raise BadInput(f"recipe file {s} not found", fix="pass an existing YAML path or a name from 'qverify recipes'")
         return parse_recipe(p.read_text(), p)

@@ -18,7 +18,7 @@ def make_tiny_model(out: Path, hidden: int = 64, seed: int = 0) -> Path:
     from qverify.reference import arch, data, tokenizer
 
     tok = tokenizer.train_tokenizer(data.corpus_for_tokenizer(40))
-    ids = dict(vocab_size=len(tok), bos=tok.bos_token_id, eos=tok.eos_token_id, pad=tok.pad_token_id)
+    ids = {"vocab_size": len(tok), "bos": tok.bos_token_id, "eos": tok.eos_token_id, "pad": tok.pad_token_id}
     cfg = arch.target_config(**ids)
     cfg.hidden_size, cfg.intermediate_size, cfg.moe_intermediate_size = hidden, 2 * hidden, hidden
     torch.manual_seed(seed)

@@ -99,6 +99,13 @@ class GateBundle:
                 for k, v in run.manifest.perf.items():
                     acc.setdefault(k, []).append(float(v))
         out = {k: sum(v) / len(v) for k, v in acc.items()}
+        # the eval runner records TTFT and accept length per item; average them when the manifest has none
+        for name, attr in (("ttft_s", "ttft_s"), ("accept_length", "accept_length")):
+            if perf_value(out, name.split("_")[0]) is None:
+                vals = [getattr(r, attr) for (b, _), run in self.runs.items() if b == build_id
+                        for rs in run.results.values() for r in rs if getattr(r, attr) is not None and r.error is None]
+                if vals:
+                    out[name] = sum(vals) / len(vals)
         for c in self.gate.candidates:
             if c.build_id == build_id:
                 out.update(c.perf)
@@ -133,12 +140,12 @@ def check_gate_id(gate_id: str) -> str:
     return gate_id
 
 
-def as_path(workdir: "Path | str | Workdir") -> Path:
+def as_path(workdir: Path | str | Workdir) -> Path:
     """Commands hold a Workdir, library callers a path: accept both."""
     return (workdir.root if isinstance(workdir, Workdir) else Path(workdir)).resolve()
 
 
-def load_gate(workdir: "Path | Workdir", gate_id: str) -> GateBundle:
+def load_gate(workdir: Path | Workdir, gate_id: str) -> GateBundle:
     workdir = as_path(workdir)
     gate_dir = workdir / "gates" / check_gate_id(gate_id)
     path = gate_dir / "gate.json"

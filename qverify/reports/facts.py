@@ -75,7 +75,7 @@ def _project(bundle: GateBundle, rows: list[BuildFacts]) -> None:
         cfg, name = load_config(str(spec["config"]))
     except Exception:  # noqa: BLE001 - the planner is optional for the report
         return
-    kw = dict(gpu=str(spec["gpu"]), context=int(spec["context"]), model_name=name)
+    kw = {"gpu": str(spec["gpu"]), "context": int(spec["context"]), "model_name": name}
     if "tp" not in spec:  # the smallest TP on which the baseline fits, so every recipe is compared on one footprint
         try:
             base_plan = quant_plan(rows[0].recipe)
@@ -106,7 +106,8 @@ def recipe_changes(base: BuildManifest | None, cand: BuildManifest | None) -> li
     out: list[str] = []
     base_schemes = {(s.scheme, tuple(s.targets)) for s in (base.quantization if base else [])}
     for s in cand.quantization:
-        if (s.scheme, tuple(s.targets)) not in base_schemes:
+        # a KV-cache scheme is said once, as the KV dtype line below
+        if (s.scheme, tuple(s.targets)) not in base_schemes and not s.scheme.startswith("kv_cache"):
             out.append(_scheme_line(s))
     if base is None or cand.kv_dtype != base.kv_dtype:
         out.append(f"KV cache {base.kv_dtype if base else '?'} → {cand.kv_dtype}")

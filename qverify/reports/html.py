@@ -6,8 +6,17 @@ import base64
 from html import escape
 
 from qverify.reports.flips import response_text
-from qverify.reports.report import (CAPACITY_COLUMNS, PERF_COLUMNS, PLOT_TITLES, PROJECTION_COLUMNS, capacity_rows, flips_title,
-                                     metric_rows, perf_rows, projection)
+from qverify.reports.report import (
+    CAPACITY_COLUMNS,
+    PERF_COLUMNS,
+    PLOT_TITLES,
+    PROJECTION_COLUMNS,
+    capacity_rows,
+    flips_title,
+    metric_rows,
+    perf_rows,
+    projection,
+)
 from qverify.reports.review import Review
 
 CSS = """
@@ -68,7 +77,7 @@ def _metric_table(rows: list[dict[str, str]]) -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in cols)
     body = []
     for r in rows:
-        sub = lambda s: f"<div class=sub>{escape(s)}</div>" if s else ""  # noqa: E731
+        sub = lambda s: f"<div class=sub>{escape(s)}</div>" if s else ""
         why = r["why"] if r["verdict"] != "PASS" else ""
         cells = [f"<td><b>{escape(r['metric'])}</b>{sub(r['gated'])}{sub(why)}</td>",
                  f"<td class=num>{escape(r['baseline'])}{sub(r['baseline_spread'])}</td>",
@@ -97,11 +106,11 @@ def render_html(review: Review) -> str:
          f"<style>{CSS}</style></head><body>",
          f"<h1>Release review · gate <code>{escape(g.gate_id)}</code></h1>",
          f'<div class="verdict {g.verdict}">{escape(review.headline)}</div>',
-         f'<div class="meta">Baseline <code>{escape(g.baseline)}</code> ({escape(g.baseline_recipe)}) · '
-         f"{len(g.candidates)} candidate(s) · model {escape(b.model)} · gate created {escape(g.created)}</div>",
-         '<div class="meta">Rates in %, differences in percentage points. Noise band: where a re-run of the baseline '
-         "itself lands. Flips: items right in every baseline replicate and wrong in every candidate one (↓), or the reverse (↑). "
-         "Grey rows inform only; they do not gate.</div>"]
+         (f'<div class="meta">Baseline <code>{escape(g.baseline)}</code> ({escape(g.baseline_recipe)}) · '
+          f"{len(g.candidates)} candidate(s) · model {escape(b.model)} · gate created {escape(g.created)}</div>"),
+         ('<div class="meta">Rates in %, differences in percentage points. Noise band: where a re-run of the baseline '
+          "itself lands. Flips: items right in every baseline replicate and wrong in every candidate one (↓), or the reverse (↑). "
+          "Grey rows inform only; they do not gate.</div>")]
     for c in g.candidates:
         h.append(f'<h2>{escape(c.recipe)} <code>{escape(c.build_id[:12])}</code> <span class="pill {c.verdict}">{c.verdict}</span></h2>')
         if c.reasons:

@@ -47,7 +47,7 @@ def _release_choice(bundle: GateBundle, passing: list[str]) -> str:
     """Among PASSing builds the one that buys the most: fewest KV bytes per token, then smallest weights."""
     facts = {f.build_id: f for f in build_facts(bundle)}
     order = {b: i for i, b in enumerate(passing)}
-    key = lambda b: (facts[b].kv_bytes_per_token or 2**62, facts[b].weights_bytes or 2**62, order[b])  # noqa: E731
+    key = lambda b: (facts[b].kv_bytes_per_token or 2**62, facts[b].weights_bytes or 2**62, order[b])
     return min(passing, key=key)
 
 

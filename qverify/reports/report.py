@@ -39,7 +39,7 @@ def metric_rows(review: Review, build_id: str) -> list[dict[str, str]]:
 
 
 def _md_metric_row(r: dict[str, str]) -> list[str]:
-    sp = lambda v, s: v + (f" [{s}]" if s else "")  # noqa: E731
+    sp = lambda v, s: v + (f" [{s}]" if s else "")
     return [r["metric"] + (f" ({r['gated']})" if r["gated"] else ""), sp(r["baseline"], r["baseline_spread"]),
             sp(r["candidate"], r["candidate_spread"]), r["delta"], r["ci"], r["band"], r["tol"], r["mde"], r["p"],
             r["flips"], r["verdict"], r["why"]]
@@ -95,14 +95,14 @@ def flips_title(review: Review, build_id: str) -> str:
 
 
 def _md_table(cols: list[str], rows: list[list[str]]) -> str:
-    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
 
 
 def render_markdown(review: Review, plots_rel: str = "plots") -> str:
-    b, g = review.bundle, review.bundle.gate
+    g = review.bundle.gate
     md = [f"# Release review · gate `{g.gate_id}`", "", f"**{review.headline}**", "",
           f"Baseline `{g.baseline}` ({g.baseline_recipe}); {len(g.candidates)} candidate(s); gate created {g.created}.", ""]
     for c in g.candidates:

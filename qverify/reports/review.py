@@ -53,7 +53,7 @@ def fmt_spread(m: MetricResult, spread: list[float]) -> str:
 def fmt_p(m: MetricResult) -> str:
     if m.p_value is None:
         return "–"
-    f = lambda p: f"{p:.2g}" if p >= 0.001 else "<0.001"  # noqa: E731
+    f = lambda p: f"{p:.2g}" if p >= 0.001 else "<0.001"
     return f(m.p_value) + (f" / {f(m.p_adjusted)}" if m.p_adjusted is not None else "")
 
 
@@ -61,8 +61,13 @@ _FLIP_SYMBOL = {"regressed": "↓", "improved": "↑"}
 
 
 def fmt_flips(m: MetricResult) -> str:
-    """regressed/improved as ↓n ↑n; other keys the gate adds (rates) as key=value."""
-    return " ".join(f"{_FLIP_SYMBOL[k]}{v:g}" if k in _FLIP_SYMBOL else f"{k}={v:.3g}" for k, v in m.flips.items()) or "–"
+    """regressed/improved as ↓n ↑n, then the flip rate against the baseline's own replicate-to-replicate rate."""
+    f = m.flips
+    parts = [f"{sym}{f[k]:g}" for k, sym in _FLIP_SYMBOL.items() if k in f]
+    if "rate" in f:
+        parts.append(f"({f['rate']:.0%}" + (f" vs {f['baseline_rate']:.0%} base)" if "baseline_rate" in f else ")"))
+    parts += [f"{k}={v:.3g}" for k, v in f.items() if k not in (*_FLIP_SYMBOL, "rate", "baseline_rate")]
+    return " ".join(parts) or "–"
 
 
 def _candidate_clause(c: CandidateReport) -> str:
@@ -92,7 +97,7 @@ def reproduce_commands(bundle: GateBundle) -> list[str]:
     root = ["qverify"]
     if bundle.workdir != Path(".qverify").resolve():
         root += ["--workdir", str(bundle.workdir)]
-    q = lambda *a: shlex.join(root + [str(x) for x in a])  # noqa: E731
+    q = lambda *a: shlex.join(root + [str(x) for x in a])
     cmds = []
     for b in bundle.build_ids:
         m = bundle.builds.get(b)

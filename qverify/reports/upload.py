@@ -11,6 +11,7 @@ left behind (RUNNING after a killed server, or FAILED) are tagged superseded and
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from dataclasses import dataclass, field
@@ -275,9 +276,8 @@ def upload_gate(workdir: Path, gate_id: str, tracking_uri: str | None = None, *,
             step.append("finishing the gate run")
             client.set_terminated(res.run_id, "FINISHED")
         except Exception:
-            try:  # best effort: a dead server cannot take this either, and the next upload supersedes the run
+            # best effort: a dead server cannot take this either, and the next upload supersedes the run
+            with contextlib.suppress(Exception):
                 client.set_terminated(res.run_id, "FAILED")
-            except Exception:  # noqa: BLE001
-                pass
             raise
     return res

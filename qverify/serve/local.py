@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
@@ -39,7 +40,8 @@ class LocalBackend(ServerBackend):
             check_port_free(self.port, self.host)
         name = self.manifest.build_id if self.manifest else self.build_dir.name
         log = self.logs_dir / f"local-{name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        self.server = LaunchedServer(self.command(), log)
+        env = {**os.environ, "QVERIFY_PARENT_PID": str(os.getpid())}
+        self.server = LaunchedServer(self.command(), log, env=env)
         self.server.start()
         self.endpoint = Endpoint(base_url=f"http://{self.host}:{self.port}/v1", model=name)
         return self.endpoint

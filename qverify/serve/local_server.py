@@ -78,6 +78,12 @@ def create_app(loaded: LoadedModel, max_batch: int = 8, threads: int = 1) -> Fas
     async def health() -> dict:
         return {"status": "ok"}
 
+    @app.get("/health_generate")
+    async def health_generate() -> Any:
+        """SGLang's readiness probe: healthy only if the model can generate a token."""
+        res = await batcher.submit("gen", GenRequest(prompt_ids=[tok.bos_token_id or 0], max_tokens=1))
+        return {"status": "ok", "tokens": len(res.token_ids)}
+
     @app.get("/v1/models")
     async def models() -> dict:
         return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "qverify",
@@ -175,6 +181,30 @@ def create_app(loaded: LoadedModel, max_batch: int = 8, threads: int = 1) -> Fas
     return app
 
 
+def _die_with_parent() -> None:
+    """Exit when the process that launched us is gone (even if it was SIGKILLed).
+
+    The server runs in its own session so `stop()` can end its whole group; the price is
+    that a killed client would leave it orphaned, so it watches its launcher instead.
+    """
+    import os
+    import threading
+
+    parent = int(os.environ.get("QVERIFY_PARENT_PID", "0"))
+    if not parent:
+        return
+
+    def watch() -> None:
+        while True:
+            try:
+                os.kill(parent, 0)
+            except ProcessLookupError:
+                os._exit(0)
+            time.sleep(1.0)
+
+    threading.Thread(target=watch, daemon=True, name="die-with-parent").start()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="qverify embedded OpenAI-compatible server")
     ap.add_argument("--build", type=Path, required=True, help="build dir (with build.json) or a HF model dir")
@@ -192,6 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     torch.set_num_threads(args.threads)
+    _die_with_parent()
     loaded = load_for_serving(args.build, quantization=not args.no_quant, speculative=args.spec, dtype=args.dtype)
     app = create_app(loaded, max_batch=args.max_batch, threads=args.threads)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fastapi import Request  # module level: annotations are strings here and FastAPI resolves them in globals
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +34,7 @@ class FaultyProxy:
                  hang_s: float = 3.0):
         import httpx
         import uvicorn
-        from fastapi import FastAPI, Request
+        from fastapi import FastAPI
         from fastapi.responses import JSONResponse, Response
 
         self.upstream, self.in_flight, self.peak, self.calls = upstream.rstrip("/"), 0, 0, 0

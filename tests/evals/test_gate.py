@@ -217,3 +217,24 @@ def test_cli_exit_codes_json_and_table(wd):
     assert "coding/pass@1" in p.stdout and "FAIL" in p.stdout and "noise band" in p.stdout
     p = _cli(wd, "--baseline", "base")
     assert p.returncode == 4 and "go together" in p.stderr
+
+
+def test_calibration_benchmark_runs_in_both_modes(wd, tmp_path):
+    """benchmarks/gate_calibration.py: a smoke run (its numbers are the benchmark's business, not a test's)."""
+    import importlib.util
+
+    path = Path(__file__).parents[2] / "benchmarks" / "gate_calibration.py"
+    spec = importlib.util.spec_from_file_location("gate_calibration", path)
+    cal = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cal)
+    out = tmp_path / "sim.json"
+    assert cal.main(["--simulate", "--trials", "2", "--suites", "coding,verifier", "--effects", "0.2", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert set(res) == {"A/A", "nvfp4_all (sim)", "kv-scale corrupt (sim)", "inject 20%"}
+    assert all(r["trials"] == 2 and sum(r["verdicts"].values()) == 2 for r in res.values())
+    # real mode: replicate subsets of stored runs (the A/A draws disjoint halves of the baseline's 4)
+    args = ["--workdir", str(wd), "--baseline", "base", "--lossy", "large", "--suites", "coding", "--trials", "2",
+            "--kb", "2", "--kc", "2", "--effects", "0.2", "--json", str(out)]
+    assert cal.main(args) == 0
+    res = json.loads(out.read_text())
+    assert res["large"]["verdicts"]["PASS"] == 0 and res["A/A"]["verdicts"]["FAIL"] == 0

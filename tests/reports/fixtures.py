@@ -18,8 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qverify.evals.store import RunStore
-from qverify.models import (BuildManifest, CandidateReport, GateReport, ItemResult, MetricResult, Response, RunManifest,
-                            Sampling, SchemeSummary, ServingProfile, ToolCall)
+from qverify.models import (
+    BuildManifest,
+    CandidateReport,
+    GateReport,
+    ItemResult,
+    MetricResult,
+    Response,
+    RunManifest,
+    Sampling,
+    SchemeSummary,
+    ServingProfile,
+    ToolCall,
+)
 
 SECRETS = {
     "flag": "sk-live-4f9c2a7b1e8d3f6a0c5b9e2d",
@@ -142,7 +153,7 @@ def _item_means(workdir: Path, bid: str, suite: str, metric: str) -> tuple[dict[
     store = RunStore(workdir / "runs" / bid / suite)
     per_item: dict[str, list[float]] = {}
     reps = []
-    for k, rs in store.all_results().items():
+    for rs in store.all_results().values():
         vals = [r.scores[metric] for r in rs if metric in r.scores]
         reps.append(sum(vals) / len(vals))
         for r in rs:

@@ -54,7 +54,7 @@ def test_sections_recipe_capacity_performance_flips_reproduce(staged):
     assert "| fp8kv_nvfp4shared (47c5d4e8) | 21.2 ms | 408.4 | 2.58 |" in md
     assert re.search(r"nvfp4_all: \d+ items flipped \(\d+ regressed", md)
     assert f"qverify --workdir {staged.review.bundle.workdir} gate --baseline {build_id('bf16')}" in md
-    assert f"report --gate g-main" in md
+    assert "report --gate g-main" in md
 
 
 def test_flipped_items_show_both_responses(staged):

@@ -33,7 +33,7 @@ def test_layout_gate_build_suite_runs(client, uploaded, workdir):
     assert {r.info.status for r in runs} == {"FINISHED"}
     by_id = {r.info.run_id: r for r in runs}
     gate = by_id[uploaded.run_id]
-    for bid, rid in uploaded.build_runs.items():
+    for rid in uploaded.build_runs.values():
         assert by_id[rid].data.tags["mlflow.parentRunId"] == uploaded.run_id
     for key, rid in uploaded.suite_runs.items():
         assert by_id[rid].data.tags["mlflow.parentRunId"] == uploaded.build_runs[key.split("/")[0]]

@@ -79,9 +79,8 @@ def measure(d: MetricData, alpha: float, m: int, n_boot: int, seed: int) -> Meas
     needed = st.needed_for(d.base, d.cand, boot.se, d.spec.tolerance, alpha)
     flips, mcn = {}, None
     if d.spec.statistic == "mean" and len(d.base) and pw.is_binary(d.base, d.cand):
-        flips = pw.flips(d.base, d.cand)
-        if sign < 0:  # "right" is 0 for a lower-is-better rate
-            flips = pw.flips(1 - d.base, 1 - d.cand)
+        # "right" is 1 for a higher-is-better score, 0 for a lower-is-better rate
+        flips = pw.flips(d.base, d.cand) if sign > 0 else pw.flips(1 - d.base, 1 - d.cand)
         mcn = pw.mcnemar_p(int(flips["regressed"]), int(flips["improved"]))
     return Measured(d, noise, band, boot, mde, p_fail, needed, flips, mcn)
 
@@ -99,7 +98,8 @@ def _result(m: Measured, p_adj: float | None, alpha: float, n_gated: int) -> Met
     verdict, reason, advice = _verdict(m, p_adj, alpha)
     fallback = m.noise.deterministic
     details: dict[str, Any] = {
-        "noise": m.noise.as_dict(), "se": _fin(m.boot.se), "band_level": 1 - alpha / max(n_gated, 1) if s.gated else 1 - alpha,
+        "noise": m.noise.as_dict(), "se": _fin(m.boot.se),
+        "band_level": 1 - alpha / max(n_gated, 1) if s.gated else 1 - alpha,
         "p_zero": st.p_two_sided_zero(m.boot.draws) if len(m.boot.draws) else None,
         "replicates": {"baseline": d.kb, "candidate": d.kc}, "fallback": fallback,
         "needed": {"items": m.needed.items, "replicates": m.needed.replicates}, **d.details}
@@ -113,7 +113,7 @@ def _result(m: Measured, p_adj: float | None, alpha: float, n_gated: int) -> Met
         details["unavailable"] = unavailable
     method = "paired-bootstrap (items, then replicates)" if d.within else "paired-bootstrap (items)"
     if fallback:
-        method = "deterministic baseline: paired-bootstrap + McNemar" if m.mcnemar is not None else "deterministic baseline: paired-bootstrap"
+        method = "deterministic baseline: paired-bootstrap" + (" + McNemar" if m.mcnemar is not None else "")
     return MetricResult(
         metric=s.name, direction=s.direction, gated=s.gated,
         baseline_mean=_fin(float(np.mean(st.item_means(d.base)))) if len(d.base) else 0.0,
@@ -134,8 +134,8 @@ def _verdict(m: Measured, p_adj: float | None, alpha: float) -> tuple[Verdict, s
     if n == 0:
         return "INCONCLUSIVE", "no item was scored on both sides", None
     if not math.isfinite(band):
-        return ("INCONCLUSIVE", "no item has two baseline replicates with a value, so there is no noise model",
-                "rerun the baseline with --replicates 3 (or more)")
+        why = "no item has two baseline replicates with a value, so there is no noise model"
+        return "INCONCLUSIVE", why, "rerun the baseline with --replicates 3 (or more)"
     if d.floor is not None and d.floor_value is not None and d.floor_value < d.floor:
         # K2VV applies its bar to one run; here it also needs the CI wholly below the noise band, or
         # an A/A candidate would inherit the bar's own false-FAIL rate (several % at 60 items, T=1)
@@ -159,17 +159,20 @@ def _verdict(m: Measured, p_adj: float | None, alpha: float) -> tuple[Verdict, s
         what = "tolerance" if m.noise.deterministic else "noise band + tolerance"
         return "FAIL", f"Δ {delta:+.3f}, {ci}, lies wholly {worse} {thr} ({what}; {holm})", None
     if m.mde > tol:
-        return ("INCONCLUSIVE", f"MDE {m.mde:.3f} exceeds the tolerance {tol:.3f}: a tolerance-sized loss would go unseen",
-                _advice(m))
+        why = f"MDE {m.mde:.3f} exceeds the tolerance {tol:.3f}: a tolerance-sized loss would go unseen"
+        return "INCONCLUSIVE", why, _advice(m)
     od, olo = sign * delta, min(sign * lo, sign * hi)
     if m.noise.deterministic:
-        mc = f"; McNemar p={m.mcnemar:.2g} on {m.flips['regressed']:.0f}/{m.flips['improved']:.0f} flips" if m.mcnemar is not None else ""
+        mc = ""
+        if m.mcnemar is not None:
+            mc = f"; McNemar p={m.mcnemar:.2g} on {m.flips['regressed']:.0f}/{m.flips['improved']:.0f} flips"
+        what = f"baseline replicates identical, so item-level paired test: Δ {delta:+.3f}, {ci}"
         if olo >= -tol:
-            return "PASS", f"baseline replicates identical, so item-level paired test: Δ {delta:+.3f}, {ci} within tolerance {tol:.3f}{mc}", None
-        why = f"baseline replicates identical, so item-level paired test: Δ {delta:+.3f}, {ci} reaches past the tolerance"
-        return "INCONCLUSIVE", f"{why} {tol:.3f}{mc}", _advice(m)
+            return "PASS", f"{what} within tolerance {tol:.3f}{mc}", None
+        return "INCONCLUSIVE", f"{what} reaches past the tolerance {tol:.3f}{mc}", _advice(m)
     if od >= -band and od >= -tol:
-        return "PASS", f"Δ {delta:+.3f} is within the noise band ±{band:.3f} (or better) and the tolerance {tol:.3f}", None
+        why = f"Δ {delta:+.3f} is within the noise band ±{band:.3f} (or better) and the tolerance {tol:.3f}"
+        return "PASS", why, None
     why = f"outside the noise band ±{band:.3f}" if od < -band else f"worse than the tolerance {tol:.3f}"
     return "INCONCLUSIVE", f"Δ {delta:+.3f} is {why}, but its {ci} is not wholly {worse} {thr}", _advice(m)
 
