@@ -59,7 +59,13 @@ def gate_cmd(
 
         # A tracking failure never changes the verdict; it only turns a PASS's exit code into 3 (infrastructure),
         # so automation notices that the release review was not uploaded. The replay command is printed.
-        rc = report_after_gate(s.workdir, report.gate_id, tracking_uri or cfg.tracking_uri, out=s.out)
+        from rich.console import Console
+
+        from qverify.output import Output
+
+        # the report step talks on stderr only, so `--json` stdout stays one document (the GateReport)
+        quiet = Output(json_mode=False, console=Console(stderr=True))
+        rc = report_after_gate(s.workdir, report.gate_id, tracking_uri or cfg.tracking_uri, out=quiet)
         if rc and code == 0:
             code = rc
     raise typer.Exit(code)

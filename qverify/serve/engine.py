@@ -141,7 +141,8 @@ class Engine:
         new = out.sequences[0, L:].tolist()
         verify = max(self.forwards - before, 1)
         res = self._finish(req, new, out.logits, 0)
-        n = len(res.token_ids)
+        # tokens the target produced, EOS included (each verify step yields >= 1 token)
+        n = len(new[: new.index(self.eos_id) + 1]) if self.eos_id in new else len([t for t in new if t != self.pad_id])
         self.spec_tokens += n
         self.spec_verify += verify
         res.meta_info.update(spec_verify_ct=verify, spec_accept_length=round(n / verify, 4))

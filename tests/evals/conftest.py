@@ -47,24 +47,26 @@ class FaultyProxy:
 
             body = await request.body()
             self.calls += 1
-            self.in_flight += 1
-            self.peak = max(self.peak, self.in_flight)
+            n = seen.get(body, 0)
+            seen[body] = n + 1
+            if request.method == "POST":
+                if always_fail and always_fail.encode() in body:
+                    return JSONResponse({"error": "injected"}, status_code=500)
+                if n < hang_first:  # the client times out and retries; this answer goes nowhere
+                    await asyncio.sleep(hang_s)
+                    return JSONResponse({"error": "injected hang"}, status_code=504)
+                if n < hang_first + fail_first:
+                    return JSONResponse({"error": "injected"}, status_code=503)
+                self.in_flight += 1  # generation requests the client is waiting on
+                self.peak = max(self.peak, self.in_flight)
             try:
-                n = seen.get(body, 0)
-                seen[body] = n + 1
-                if request.method == "POST":
-                    if always_fail and always_fail.encode() in body:
-                        return JSONResponse({"error": "injected"}, status_code=500)
-                    if n < hang_first:
-                        await asyncio.sleep(hang_s)
-                    elif n < hang_first + fail_first:
-                        return JSONResponse({"error": "injected"}, status_code=503)
                 async with httpx.AsyncClient(timeout=300) as c:
                     r = await c.request(request.method, f"{self.upstream}/{path}", content=body,
                                         headers={"content-type": "application/json"})
                 return Response(r.content, status_code=r.status_code, media_type="application/json")
             finally:
-                self.in_flight -= 1
+                if request.method == "POST":
+                    self.in_flight -= 1
 
         from qverify.serve.base import free_port
 

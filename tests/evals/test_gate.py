@@ -203,7 +203,8 @@ def test_thresholds_from_config(wd):
 
 def _cli(wd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(wd), "gate", *args],
+    # --no-report: the MLflow upload after the gate is tested with the reports (tests/reports)
+    return subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(wd), "gate", "--no-report", *args],
                           check=False, capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -226,6 +227,7 @@ def test_calibration_benchmark_runs_in_both_modes(wd, tmp_path):
     path = Path(__file__).parents[2] / "benchmarks" / "gate_calibration.py"
     spec = importlib.util.spec_from_file_location("gate_calibration", path)
     cal = importlib.util.module_from_spec(spec)
+    sys.modules["gate_calibration"] = cal  # its dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(cal)
     out = tmp_path / "sim.json"
     assert cal.main(["--simulate", "--trials", "2", "--suites", "coding,verifier", "--effects", "0.2", "--json", str(out)]) == 0
