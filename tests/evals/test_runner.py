@@ -71,17 +71,27 @@ def test_paired_replicates_across_builds(bf16_build, tiny_model_dir, eval_workdi
     assert a.read_manifest().complete and b.read_manifest().complete
 
 
-def test_resume_after_killing_the_client(bf16_build, tmp_path):
+def _resume_setup(build, tmp_path):
+    """A workdir holding the build, the store of its longctx run, and the eval command line."""
     wd = tmp_path / "wd"
     (wd / "builds").mkdir(parents=True)
-    os.symlink(bf16_build.build_dir, wd / "builds" / bf16_build.manifest.build_id)
-    store = RunStore(wd / "runs" / bf16_build.manifest.build_id / "longctx")
-    args = _cli(wd, bf16_build.manifest.build_id, "--suites", "longctx", "--limit", "6", "--replicates", "2",
+    os.symlink(build.build_dir, wd / "builds" / build.manifest.build_id)
+    store = RunStore(wd / "runs" / build.manifest.build_id / "longctx")
+    args = _cli(wd, build.manifest.build_id, "--suites", "longctx", "--limit", "6", "--replicates", "2",
                 "--concurrency", "1")
-    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 300
-    while time.time() < deadline and (not store.dir.exists() or _lines(store) < 3):
+    return wd, store, args
+
+
+def _wait_for_results(store: RunStore, n: int, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and (not store.dir.exists() or _lines(store) < n):
         time.sleep(0.2)
+
+
+def test_resume_after_killing_the_client(bf16_build, tmp_path):
+    wd, store, args = _resume_setup(bf16_build, tmp_path)
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    _wait_for_results(store, 3)
     os.killpg(p.pid, signal.SIGKILL)  # the client only: its server runs in a session of its own
     p.wait()
     deadline = time.time() + 30  # the server notices its launcher is gone and exits: no orphan
@@ -95,16 +105,9 @@ def test_resume_after_killing_the_client(bf16_build, tmp_path):
 
 
 def test_resume_after_killing_the_server(bf16_build, tmp_path):
-    wd = tmp_path / "wd"
-    (wd / "builds").mkdir(parents=True)
-    os.symlink(bf16_build.build_dir, wd / "builds" / bf16_build.manifest.build_id)
-    store = RunStore(wd / "runs" / bf16_build.manifest.build_id / "longctx")
-    args = _cli(wd, bf16_build.manifest.build_id, "--suites", "longctx", "--limit", "6", "--replicates", "2",
-                "--concurrency", "1")
+    wd, store, args = _resume_setup(bf16_build, tmp_path)
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while time.time() < deadline and (not store.dir.exists() or _lines(store) < 3):
-        time.sleep(0.2)
+    _wait_for_results(store, 3)
     servers = _servers(wd)
     assert servers, "the eval's server process was not found"
     for s in servers:
