@@ -92,7 +92,7 @@ def _run_as() -> tuple[int | None, int]:
 
 
 def _prlimit(timeout_s: float, nproc: int) -> list[str]:
-    cpu = max(1, int(timeout_s + 0.999))
+    cpu = max(1, int(timeout_s + 0.999)) + 1  # backstop: the wall-clock timeout fires first
     limits = f"--cpu={cpu} --as={MEMORY_BYTES} --nproc={nproc} --fsize={FSIZE_BYTES} --nofile={NOFILE} --core=0"
     return ["prlimit", *limits.split(), "--"]
 
@@ -134,7 +134,7 @@ os.execv(sys.argv[6], sys.argv[6:])
 def _weak_argv(timeout_s: float) -> tuple[list[str], int | None]:
     uid, nproc = _run_as()
     python = PYTHON if os.path.exists(PYTHON) else sys.executable
-    cpu = max(1, int(timeout_s + 0.999))
+    cpu = max(1, int(timeout_s + 0.999)) + 1  # backstop: the wall-clock timeout fires first
     limits = [str(v) for v in (cpu, MEMORY_BYTES, nproc, FSIZE_BYTES, NOFILE)]
     return [python, "-I", "-c", _LAUNCHER, *limits, python, "-I", "-B", "-"], uid
 
