@@ -48,27 +48,27 @@ def acceptance(target, draft, tok, n: int = 40) -> dict[str, float]:
     """Target tokens per target forward pass under assisted greedy decoding, on held-out coding items."""
     from qverify.suites.coding import CodingSuite
 
-    calls = {"n": 0}
-    hook = target.register_forward_hook(lambda *a: calls.__setitem__("n", calls["n"] + 1))
+    forwards = {"n": 0, "counting": False}
+
+    def count(*_):
+        forwards["n"] += forwards["counting"]
+
+    hook = target.register_forward_hook(count)
     produced, identical = 0, 0
     eos = tok.eos_token_id
     try:
         for item in CodingSuite().items("held-out", n):
             prompt = tok.apply_chat_template(item.messages, tokenize=False, add_generation_prompt=True)
             enc = tok(prompt, return_tensors="pt", add_special_tokens=False)
-            before = calls["n"]
+            forwards["counting"] = True  # only the assisted run's target forwards count
             out = target.generate(**enc, assistant_model=draft, max_new_tokens=80, do_sample=False,
                                   eos_token_id=eos, pad_token_id=tok.pad_token_id)
-            new = out.shape[1] - enc["input_ids"].shape[1]
-            produced += new
-            calls["n"] = before + (calls["n"] - before)
+            forwards["counting"] = False
+            produced += out.shape[1] - enc["input_ids"].shape[1]
             plain = target.generate(**enc, max_new_tokens=80, do_sample=False, eos_token_id=eos, pad_token_id=tok.pad_token_id)
             identical += int(torch.equal(out, plain))
-            calls["n"] -= 0
-            calls["plain"] = calls.get("plain", 0) + (plain.shape[1] - enc["input_ids"].shape[1])
     finally:
         hook.remove()
-    # every plain greedy step is one target forward; subtract them to leave the assisted forwards
-    assisted_forwards = calls["n"] - calls["plain"]
+    assisted_forwards = forwards["n"]
     return {"accept_length": round(produced / max(assisted_forwards, 1), 3), "items": n,
             "greedy_identical": identical / n}

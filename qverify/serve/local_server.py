@@ -100,9 +100,8 @@ def create_app(loaded: LoadedModel, max_batch: int = 8, threads: int = 1) -> Fas
     async def chat(body: ChatBody) -> Any:
         if body.stream:
             return _err(400, "stream=true is not supported by the embedded server; use stream=false")
-        tools = body.tools if body.tool_choice != "none" else body.tools
-        try:
-            prompt = tok.apply_chat_template(body.messages, tools=tools, tokenize=False, add_generation_prompt=True)
+        try:  # tools stay in the prompt even with tool_choice "none"; calls are then banned below
+            prompt = tok.apply_chat_template(body.messages, tools=body.tools, tokenize=False, add_generation_prompt=True)
         except Exception as e:  # a malformed message list is the client's error, not a 500
             return _err(400, f"could not render messages: {e}")
         prefill, banned = "", []
