@@ -37,7 +37,7 @@ def eval_cmd(
     names = [x.strip() for x in suites.split(",") if x.strip()]
     summaries = evaluate_build(s.workdir, build, names, replicates, serving, limit, split, source, concurrency,
                                error_budget, port, fresh, show_progress=not s.out.json_mode)
-    s.out.table("eval", ["suite", "metric", "mean", "replicate spread", "errors", "complete", "tok/s/req", "accept len"],
+    s.out.table("eval", ["suite", "metric", "mean", "replicate spread", "errors", "complete", "tok/s/req", "accept len", "TTFT ms"],
                 [x.row() for x in summaries])
     s.out.data([x.__dict__ for x in summaries])
     if not all(x.complete for x in summaries):

@@ -45,8 +45,12 @@ def gate_cmd(
         cand_ids = [resolve_ref(s.workdir, c) for c in candidate]
     elif baseline or candidate:
         raise BadInput("--baseline and --candidate go together", fix="pass both, or --recipe NAME, or neither (./qverify.toml)")
-    else:
-        base_id, cand_ids = ensure_runs_hook(s, cfg, recipe, names)
+    else:  # --recipe NAME, or ./qverify.toml's candidates: build and evaluate what is missing
+        from qverify.evals.pipeline import ensure_runs, suites_for_recipes
+
+        cands = [recipe] if recipe else list(cfg.candidates)
+        names = names or suites_for_recipes(list(cfg.suites), cands)
+        base_id, cand_ids = ensure_runs(s.workdir, cfg, baseline=cfg.baseline, candidates=cands, suites=names, out=s.out)
     report = run_gate(s.workdir, base_id, cand_ids, names, cfg, n_boot=n_boot, seed=seed)
     if s.out.json_mode:
         s.out.data(report.model_dump(mode="json"))
@@ -69,32 +73,6 @@ def gate_cmd(
         if rc and code == 0:
             code = rc
     raise typer.Exit(code)
-
-
-def ensure_runs_hook(s, cfg, recipe: str | None, suites: list[str] | None) -> tuple[str, list[str]]:
-    """HOOK for `qverify gate --recipe NAME` and bare `qverify gate` (./qverify.toml).
-
-    Calls qverify.evals.pipeline.ensure_runs(workdir, config, baseline=<recipe name>,
-    candidates=[<recipe names>], suites=[...], out=Output) -> (baseline build id, [candidate
-    build ids]), which builds what is missing and runs the missing evals with the configured
-    replicates; until it exists this is a NotImplementedYet (exit 5).
-    """
-    import importlib
-
-    from qverify.errors import NotImplementedYet
-
-    try:
-        pipeline = importlib.import_module("qverify.evals.pipeline")
-    except ModuleNotFoundError as e:
-        if e.name != "qverify.evals.pipeline":
-            raise
-        pipeline = None
-    ensure = getattr(pipeline, "ensure_runs", None)
-    if ensure is None:
-        raise NotImplementedYet("'qverify gate --recipe' (build + eval + gate) is not wired yet",
-                                fix="gate existing runs: qverify gate --baseline BUILD --candidate BUILD")
-    candidates = [recipe] if recipe else list(cfg.candidates)
-    return ensure(s.workdir, cfg, baseline=cfg.baseline, candidates=candidates, suites=suites or list(cfg.suites), out=s.out)
 
 
 def resolve_ref(workdir, ref: str) -> str:

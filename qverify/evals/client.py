@@ -110,3 +110,54 @@ class Client:
             if attempt <= self.retries:
                 await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
         return CallResult(None, err, time.perf_counter() - t0, self.retries + 1, detail)
+
+
+@dataclass
+class StreamTiming:
+    """Client-side timings of one streamed chat request (the only backend-neutral way to get TTFT)."""
+
+    ttft_s: float | None  # request sent → first chunk carrying content or a tool call
+    total_s: float
+    completion_tokens: int | None  # from the final chunk's usage, when the server sends it
+    error: str | None = None
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        """Tokens after the first, over the time after the first: decode speed without prefill."""
+        if self.ttft_s is None or not self.completion_tokens or self.completion_tokens < 2 or self.total_s <= self.ttft_s:
+            return None
+        return (self.completion_tokens - 1) / (self.total_s - self.ttft_s)
+
+
+async def stream_chat(client: Client, body: dict[str, Any]) -> StreamTiming:
+    """Send `body` with stream=true and time it; never retried (a retry would distort the timing)."""
+    import json
+
+    body = {"model": client.endpoint.model, **body, "stream": True,
+            "stream_options": {"include_usage": True}}  # OpenAI/SGLang: usage in the last chunk
+    t0 = time.perf_counter()
+    ttft, tokens = None, None
+    try:
+        async with client.sem, client.http.stream("POST", "/chat/completions", json=body) as r:
+            if r.status_code != 200:
+                await r.aread()
+                return StreamTiming(None, time.perf_counter() - t0, None, f"http_{r.status_code}")
+            async for line in r.aiter_lines():
+                if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                if "error" in chunk:
+                    return StreamTiming(ttft, time.perf_counter() - t0, tokens, "server_error")
+                for ch in chunk.get("choices") or []:
+                    d = ch.get("delta") or {}
+                    if ttft is None and (d.get("content") or d.get("tool_calls") or d.get("reasoning_content")):
+                        ttft = time.perf_counter() - t0
+                if chunk.get("usage"):
+                    tokens = chunk["usage"].get("completion_tokens")
+    except httpx.TimeoutException:
+        return StreamTiming(ttft, time.perf_counter() - t0, tokens, "timeout")
+    except httpx.TransportError:
+        return StreamTiming(ttft, time.perf_counter() - t0, tokens, "connection")
+    except ValueError:
+        return StreamTiming(ttft, time.perf_counter() - t0, tokens, "bad_response")
+    return StreamTiming(ttft, time.perf_counter() - t0, tokens)

@@ -87,6 +87,16 @@ def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str], r
                                     versions=_versions(), show_progress=show_progress))
 
 
+def suites_for_recipes(suites: list[str], recipes: list[str]) -> list[str]:
+    """The configured suites, plus `greedy` when a candidate changes the drafter: its quality must then be
+    unchanged under greedy decoding, which only the greedy-output comparison shows."""
+    from qverify.quantize.recipe import load_recipe
+
+    if "greedy" not in suites and any(load_recipe(r).recipe.serving.requires_drafter for r in recipes):
+        return [*suites, "greedy"]
+    return suites
+
+
 def ensure_runs(workdir: Workdir, cfg, baseline: str, candidates: list[str], suites: list[str], out=None
                 ) -> tuple[str, list[str]]:
     """`qverify gate --recipe`: build the baseline and candidates if missing, run missing evals, return build ids.

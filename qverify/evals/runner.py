@@ -19,7 +19,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from qverify.errors import BadInput, InfraError
-from qverify.evals.client import CallResult, Client
+from qverify.evals.client import CallResult, Client, StreamTiming, stream_chat
 from qverify.evals.store import RunStore
 from qverify.models import BuildManifest, Endpoint, Item, ItemResult, RunManifest, ServingProfile, content_hash, utcnow
 from qverify.suites.base import Suite, item_set_hash
@@ -41,13 +41,15 @@ class SuiteSummary:
     tokens_per_s: float | None = None
     accept_length: float | None = None
     latency_s: float | None = None
+    ttft_s: float | None = None
 
     def row(self) -> list[Any]:
         spread = (f"{min(self.replicate_means):.3f}–{max(self.replicate_means):.3f}" if self.replicate_means else "")
         return [self.suite, self.metric, None if self.mean is None else f"{self.mean:.3f}", spread,
                 f"{self.errors}/{self.results}", "yes" if self.complete else "NO",
                 None if self.tokens_per_s is None else f"{self.tokens_per_s:.0f}",
-                None if self.accept_length is None else f"{self.accept_length:.2f}"]
+                None if self.accept_length is None else f"{self.accept_length:.2f}",
+                None if self.ttft_s is None else f"{1000 * self.ttft_s:.0f}"]
 
 
 @dataclass
@@ -64,6 +66,7 @@ class EvalPlan:
     split: str = "held-out"
     source: str = "synthetic"
     fresh: bool = False
+    perf_probes: int = 4  # streamed requests per suite, one at a time, for TTFT (0: off)
     summaries: list[SuiteSummary] = field(default_factory=list)
 
     def store(self, suite: str) -> RunStore:
@@ -122,6 +125,29 @@ async def _one(client: Client, suite: Suite, item: Item, r: int) -> ItemResult:
     return ir
 
 
+async def perf_probe(client: Client, suite: Suite, items: list[Item], n: int) -> dict[str, float]:
+    """TTFT and decode speed from `n` streamed requests sent one at a time (an unloaded server).
+
+    Separate from the scored requests on purpose: streaming changes how a response is
+    assembled, and quality is scored on exactly the non-streamed path a user's eval uses.
+    """
+    chats = [it for it in items if it.kind != "completion"][:n]
+    timings: list[StreamTiming] = []
+    for it in chats:
+        body = suite.request(it)
+        body["seed"] = replicate_seed(it.id, 0)
+        timings.append(await stream_chat(client, body))
+    ttft = sorted(t.ttft_s for t in timings if t.error is None and t.ttft_s is not None)
+    dec = [d for t in timings if t.error is None and (d := t.decode_tok_s) is not None]
+    out: dict[str, float] = {}
+    if ttft:
+        out["ttft_s"] = round(statistics.median(ttft), 5)
+        out["ttft_max_s"] = round(ttft[-1], 5)
+    if dec:
+        out["stream_decode_tok_s"] = round(statistics.median(dec), 2)
+    return out
+
+
 async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str] | None, server_info: dict,
                    alive=lambda: True, versions: dict | None = None, show_progress: bool = True) -> list[SuiteSummary]:
     client = Client(endpoint, concurrency=plan.concurrency)
@@ -155,13 +181,14 @@ async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str]
                 finally:
                     for w in writers.values():
                         w.__exit__(None, None, None)
-                plan.summaries.append(finalize(st, suite, m))
+                probe = await perf_probe(client, suite, plan.items[suite.name], plan.perf_probes) if plan.perf_probes else {}
+                plan.summaries.append(finalize(st, suite, m, probe))
     finally:
         await client.close()
     return plan.summaries
 
 
-def finalize(st: RunStore, suite: Suite, m: RunManifest) -> SuiteSummary:
+def finalize(st: RunStore, suite: Suite, m: RunManifest, probe: dict[str, float] | None = None) -> SuiteSummary:
     """Close a suite's run: error rate against the budget, completeness, performance, summary."""
     allres = st.all_results()
     flat = [r for rs in allres.values() for r in rs]
@@ -177,7 +204,7 @@ def finalize(st: RunStore, suite: Suite, m: RunManifest) -> SuiteSummary:
         "latency_mean_s": statistics.fmean(lat) if lat else None,
         "decode_tok_per_s_per_request": (toks / sum(lat)) if lat and toks else None,
         "accept_length": statistics.fmean(acc) if acc else None,
-        "completion_tokens": float(toks)}.items() if v is not None}
+        "completion_tokens": float(toks), **(probe or {})}.items() if v is not None}
     m.finished = utcnow()
     st.write_manifest(m)
     rep_means = []
@@ -189,4 +216,4 @@ def finalize(st: RunStore, suite: Suite, m: RunManifest) -> SuiteSummary:
                         mean=statistics.fmean(rep_means) if rep_means else None, replicate_means=rep_means,
                         errors=errors, results=len(flat), complete=m.complete,
                         tokens_per_s=m.perf.get("decode_tok_per_s_per_request"), accept_length=m.perf.get("accept_length"),
-                        latency_s=m.perf.get("latency_mean_s"))
+                        latency_s=m.perf.get("latency_mean_s"), ttft_s=m.perf.get("ttft_s"))

@@ -11,11 +11,13 @@ as on a GPU server.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
+from transformers.generation.streamers import BaseStreamer
 
 
 @dataclass
@@ -29,6 +31,7 @@ class GenRequest:
     top_logprobs: int = 0  # 0 = no logprobs
     want_logprobs: bool = False
     bad_token_ids: list[int] = field(default_factory=list)
+    on_token: Callable[[list[int]], None] | None = None  # streaming: called with each step's new token ids
 
 
 @dataclass
@@ -72,6 +75,23 @@ class SeededSampler(LogitsProcessor):
         return scores
 
 
+class _TokenStreamer(BaseStreamer):
+    """transformers' streamer hook, forwarding new token ids (the first `put` is the prompt)."""
+
+    def __init__(self, on_token: Callable[[list[int]], None]):
+        self.on_token = on_token
+        self.prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        self.on_token(value.reshape(-1).tolist())
+
+    def end(self) -> None:
+        pass
+
+
 def _top(logp: torch.Tensor, k: int, tok) -> dict[str, float]:
     if k <= 0:
         return {}
@@ -112,6 +132,9 @@ class Engine:
 
     @torch.no_grad()
     def generate(self, reqs: list[GenRequest]) -> list[GenResult]:
+        if any(r.on_token for r in reqs) and len(reqs) > 1:
+            # transformers streams batch size 1 only: a streamed request runs on its own
+            return [self.generate([r])[0] for r in reqs]
         if self.drafter is not None and len(reqs) == 1:
             return [self._generate_assisted(reqs[0])]
         return self._generate_batch(reqs)
@@ -124,6 +147,8 @@ class Engine:
             ids[i, L - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
             mask[i, L - len(r.prompt_ids):] = 1
         sampler = SeededSampler(reqs, [r.bad_token_ids for r in reqs])
+        if len(reqs) == 1 and reqs[0].on_token is not None:
+            extra["streamer"] = _TokenStreamer(reqs[0].on_token)
         out = self.model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max(r.max_tokens for r in reqs), do_sample=False,
             logits_processor=LogitsProcessorList([sampler]), eos_token_id=self.eos_id, pad_token_id=self.pad_id,

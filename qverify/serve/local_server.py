@@ -2,25 +2,28 @@
 
     python -m qverify.serve.local_server --build DIR [--port N] [--no-quant] [--no-spec]
 
-Endpoints: /health, /v1/models, /v1/chat/completions, /v1/completions (echo + logprobs),
+Endpoints: /health, /v1/models, /v1/chat/completions (stream=true: SSE chunks, for client-side TTFT),
+/v1/completions (echo + logprobs),
 /server_info (SGLang's field names: max_total_num_tokens, internal_states[0].avg_spec_accept_length).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
 from qverify.chatfmt import ARG_BEGIN, CALL_BEGIN, SECTION_BEGIN, parse_tool_calls
 from qverify.serve.batcher import Batcher
-from qverify.serve.engine import Engine, GenRequest
+from qverify.serve.engine import Engine, GenRequest, GenResult
+from qverify.serve.streaming import TokenQueue, sse_chat
 from qverify.serve.model_loader import LoadedModel, load_for_serving
 
 
@@ -98,8 +101,6 @@ def create_app(loaded: LoadedModel, max_batch: int = 8, threads: int = 1) -> Fas
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatBody) -> Any:
-        if body.stream:
-            return _err(400, "stream=true is not supported by the embedded server; use stream=false")
         try:  # tools stay in the prompt even with tool_choice "none"; calls are then banned below
             prompt = tok.apply_chat_template(body.messages, tools=body.tools, tokenize=False, add_generation_prompt=True)
         except Exception as e:  # a malformed message list is the client's error, not a 500
@@ -116,33 +117,52 @@ def create_app(loaded: LoadedModel, max_batch: int = 8, threads: int = 1) -> Fas
         max_tokens = body.max_completion_tokens or body.max_tokens or 256
         if (e := check_len(len(ids), max_tokens)) is not None:
             return e
+        parse_tools = bool(body.tools) and body.tool_choice != "none"
+
+        def finish_message(res: GenResult) -> tuple[dict[str, Any], str]:
+            parsed = parse_tool_calls(prefill + res.text) if parse_tools else None
+            message: dict[str, Any] = {"role": "assistant", "content": res.text}
+            if parsed and parsed.tool_calls:
+                return {"role": "assistant", "content": parsed.content or None, "tool_calls": [
+                    {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                    for c in parsed.tool_calls]}, "tool_calls"
+            if parsed:
+                message["content"] = prefill + res.text
+            return message, res.finish_reason
+
+        def usage(res: GenResult) -> dict[str, int]:
+            return {"prompt_tokens": len(ids), "completion_tokens": len(res.token_ids),
+                    "total_tokens": len(ids) + len(res.token_ids)}
+
         t0 = time.perf_counter()
-        res = await batcher.submit("gen", GenRequest(
-            prompt_ids=ids, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed,
-            stop=_stops(body.stop), want_logprobs=body.logprobs, top_logprobs=body.top_logprobs or 0,
-            bad_token_ids=banned))
-        parsed = parse_tool_calls(prefill + res.text) if body.tools and body.tool_choice != "none" else None
-        message: dict[str, Any] = {"role": "assistant", "content": res.text}
-        finish = res.finish_reason
-        if parsed and parsed.tool_calls:
-            message = {"role": "assistant", "content": parsed.content or None, "tool_calls": [
-                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                for c in parsed.tool_calls]}
-            finish = "tool_calls"
-        elif parsed:
-            message["content"] = prefill + res.text
+
+        def meta(res: GenResult) -> dict[str, Any]:  # SGLang returns this with return_meta_info; harmless otherwise
+            return {**res.meta_info, "e2e_latency": round(time.perf_counter() - t0, 4)}
+
+        req = GenRequest(prompt_ids=ids, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
+                         seed=body.seed, stop=_stops(body.stop), want_logprobs=body.logprobs,
+                         top_logprobs=body.top_logprobs or 0, bad_token_ids=banned)
+        if body.stream:
+            if body.logprobs:
+                return _err(400, "stream=true with logprobs is not supported by the embedded server; use stream=false")
+            tokens = TokenQueue()
+            req.on_token = tokens.put
+            fut = asyncio.ensure_future(batcher.submit("gen", req))
+            fut.add_done_callback(lambda _: tokens.close())
+            special = {tok.eos_token_id, tok.pad_token_id}
+            return StreamingResponse(sse_chat(
+                tokens, fut, lambda t: tok.decode([i for i in t if i not in special], skip_special_tokens=False),
+                finish_message, name, holds=req.stop + ([SECTION_BEGIN] if parse_tools else []),
+                stream_content=not prefill, usage=usage, meta=meta), media_type="text/event-stream")
+        res = await batcher.submit("gen", req)
+        message, finish = finish_message(res)
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
         if body.logprobs and res.logprobs is not None:
             choice["logprobs"] = {"content": [
                 {"token": x["token"], "logprob": x["logprob"],
                  "top_logprobs": [{"token": t, "logprob": v} for t, v in x["top"].items()]} for x in res.logprobs]}
-        out = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
-               "model": name, "choices": [choice],
-               "usage": {"prompt_tokens": len(ids), "completion_tokens": len(res.token_ids),
-                         "total_tokens": len(ids) + len(res.token_ids)}}
-        meta = {**res.meta_info, "e2e_latency": round(time.perf_counter() - t0, 4)}
-        out["meta_info"] = meta  # SGLang returns this with return_meta_info; harmless otherwise
-        return out
+        return {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
+                "model": name, "choices": [choice], "usage": usage(res), "meta_info": meta(res)}
 
     @app.post("/v1/completions")
     async def completions(body: CompletionBody) -> Any:

@@ -69,6 +69,10 @@ def test_paired_replicates_across_builds(bf16_build, tiny_model_dir, eval_workdi
         assert pa == pb and len(pa) == LIMIT
     assert a.read_manifest().item_set_hash == b.read_manifest().item_set_hash
     assert a.read_manifest().complete and b.read_manifest().complete
+    # TTFT from the streamed probe: measured client-side, so it cannot exceed the slowest whole request
+    perf = a.read_manifest().perf
+    assert 0 < perf["ttft_s"] <= perf["ttft_max_s"] <= max(r.latency_s for k in range(REPS) for r in a.results(k)) * 3
+    assert perf["stream_decode_tok_s"] > 0
 
 
 def _resume_setup(build, tmp_path):

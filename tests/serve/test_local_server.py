@@ -135,6 +135,49 @@ def test_eight_concurrent_requests(server):
     assert after["batches"] - before["batches"] < 8  # some requests shared a batch
 
 
+def _stream(ep, **body) -> list[dict]:
+    chunks = []
+    with httpx.stream("POST", f"{ep.base_url}/chat/completions", json={"model": ep.model, **body, "stream": True},
+                      timeout=120) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        lines = [ln for ln in r.iter_lines() if ln.startswith("data:")]
+    assert lines[-1] == "data: [DONE]"
+    for ln in lines[:-1]:
+        chunks.append(json.loads(ln[5:]))
+    return chunks
+
+
+def test_streamed_text_equals_non_streamed(server):
+    _, ep = server
+    body = dict(messages=[{"role": "user", "content": parrot.TEXT_PROMPT}], temperature=0, max_tokens=30)
+    whole = _chat(ep, **body).json()
+    chunks = _stream(ep, **body)
+    deltas = [c["choices"][0]["delta"].get("content") for c in chunks]
+    assert "".join(d or "" for d in deltas) == whole["choices"][0]["message"]["content"] == parrot.TEXT_ANSWER
+    assert sum(1 for d in deltas if d) > 1  # really incremental, not one blob at the end
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["usage"]["completion_tokens"] == whole["usage"]["completion_tokens"]
+
+
+def test_streamed_stop_string_is_never_sent(server):
+    _, ep = server
+    chunks = _stream(ep, messages=[{"role": "user", "content": parrot.TEXT_PROMPT}], temperature=0, max_tokens=30,
+                     stop=[", friend"])
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == "hello there"
+
+
+def test_streamed_tool_call_arrives_as_tool_calls_not_markup(server):
+    _, ep = server
+    chunks = _stream(ep, messages=[{"role": "user", "content": parrot.CALL_PROMPT}], tools=parrot.TOOLS,
+                     temperature=0, max_tokens=60)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert "<|tool_call" not in text
+    calls = [tc for c in chunks for tc in c["choices"][0]["delta"].get("tool_calls") or []]
+    assert [tc["function"]["name"] for tc in calls] == ["read_file"]
+    assert json.loads(calls[0]["function"]["arguments"]) == parrot.CALL_ARGS
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
 def test_context_overflow_is_a_400(server):
     _, ep = server
     r = _chat(ep, messages=[{"role": "user", "content": "word " * 3000}], max_tokens=10)

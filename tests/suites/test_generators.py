@@ -13,7 +13,7 @@ from qverify.suites import get_suite
 from qverify.suites.bfcl_source import CATEGORIES, bfcl_items
 from qverify.suites.humaneval_source import humaneval_items
 
-SYNTHETIC = ["coding", "toolcall", "longctx", "verifier", "kld"]
+SYNTHETIC = ["coding", "toolcall", "longctx", "verifier", "kld", "greedy"]
 
 
 def _identity(item) -> str:

@@ -412,7 +412,7 @@ def test_kld_scorer():
     }
 
 
-@pytest.mark.parametrize("name", ["coding", "toolcall", "longctx", "verifier", "kld"])
+@pytest.mark.parametrize("name", ["coding", "toolcall", "longctx", "verifier", "kld", "greedy"])
 def test_safe_score_never_raises(name):
     suite = get_suite(name)
     item = suite.items(n=1)[0]

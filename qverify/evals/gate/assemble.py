@@ -30,6 +30,8 @@ def suite_metrics(base: RunData, cand: RunData, rules: dict[str, MetricRule]) ->
             out.append(_mean(s, base, cand, items))
         elif s.statistic == "trigger_f1" and s.key in base.scores and s.key in cand.scores:
             out.append(_trigger(s, base, cand, items))
+        elif s.statistic == "match" and base.outputs is not None and cand.outputs is not None:
+            out.append(_match(s, base, cand, items))
     return out
 
 
@@ -51,6 +53,16 @@ def _trigger(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> M
                "counts": [pw.trigger_counts(b[:, k], c[:, j]) for j in range(c.shape[1]) for k in range(b.shape[1])]}
     return MetricData(s, ybase[rows], xcand[rows], b.shape[1], c.shape[1], within=False, floor=floor,
                       floor_value=float(np.mean(cross)) if cross else None, details=details)
+
+
+def _match(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> MetricData:
+    """greedy/match: candidate-vs-baseline output identity against the baseline's identity with itself."""
+    b, c = pw.match_matrices(base.output_rows(items), cand.output_rows(items))
+    if b.shape[1] == 0:  # one baseline run: no self-agreement to compare with; assume a reproducible stack
+        b = np.where(np.isnan(c[:, :1]), np.nan, 1.0)
+    rows = paired_rows(b, c)
+    return MetricData(s, b[rows], c[rows], len(base.replicates), len(cand.replicates), within=False,
+                      details={"columns": "baseline: pairs of its runs; candidate: (baseline run, candidate run) pairs"})
 
 
 def _kld(specs: list[MetricSpec], base: RunData, cand: RunData, items: list[str]) -> list[MetricData]:

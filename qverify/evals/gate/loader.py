@@ -14,6 +14,7 @@ import numpy as np
 
 from qverify.evals.store import RunStore
 from qverify.models import ItemResult, RunManifest
+from qverify.suites.greedy import output_signature
 
 
 @dataclass
@@ -25,6 +26,7 @@ class RunData:
     replicates: list[int]
     scores: dict[str, np.ndarray]  # key -> len(items) x len(replicates); NaN: error, missing, or key not emitted
     logprobs: list[list[Any]] | None = None  # kld: [item][replicate] -> per-token logprobs or None
+    outputs: list[list[str | None]] | None = None  # greedy: [item][replicate] -> output signature or None
     n_results: int = 0  # (item, replicate) results read
     n_errors: int = 0  # of those, infrastructure errors (never scored)
     fingerprint: str = ""  # hash of manifest + result files: a changed run gets a new gate id
@@ -46,6 +48,11 @@ class RunData:
                 out[r] = src[pos[item]]
         return out
 
+    def output_rows(self, items: list[str]) -> list[list[str | None]]:
+        pos = {i: r for r, i in enumerate(self.items)}
+        k = len(self.replicates)
+        return [self.outputs[pos[i]] if self.outputs and i in pos else [None] * k for i in items]
+
     def logprob_rows(self, items: list[str]) -> list[list[Any]]:
         pos = {i: r for r, i in enumerate(self.items)}
         k = len(self.replicates)
@@ -53,12 +60,13 @@ class RunData:
 
 
 def from_results(build_id: str, suite: str, manifest: RunManifest | None, results: dict[int, list[ItemResult]],
-                 keep_logprobs: bool = False) -> RunData:
+                 keep_logprobs: bool = False, keep_outputs: bool = False) -> RunData:
     reps = sorted(results)
     items = sorted({r.item_id for rs in results.values() for r in rs})
     pos = {i: n for n, i in enumerate(items)}
     scores: dict[str, np.ndarray] = {}
     lps: list[list[Any]] | None = [[None] * len(reps) for _ in items] if keep_logprobs else None
+    outs: list[list[str | None]] | None = [[None] * len(reps) for _ in items] if keep_outputs else None
     n_res = n_err = 0
     for col, k in enumerate(reps):
         for r in results[k]:
@@ -73,12 +81,15 @@ def from_results(build_id: str, suite: str, manifest: RunManifest | None, result
                 scores[key][row, col] = float(v)
             if lps is not None and r.response is not None and r.response.logprobs:
                 lps[row][col] = r.response.logprobs
-    return RunData(build_id, suite, manifest, items, reps, scores, lps, n_res, n_err)
+            if outs is not None:
+                outs[row][col] = output_signature(r.response)
+    return RunData(build_id, suite, manifest, items, reps, scores, lps, outs, n_res, n_err)
 
 
 def load(runs_root: Path, build_id: str, suite: str) -> RunData:
     store = RunStore(runs_root / build_id / suite)
-    data = from_results(build_id, suite, store.read_manifest(), store.all_results(), keep_logprobs=suite == "kld")
+    data = from_results(build_id, suite, store.read_manifest(), store.all_results(), keep_logprobs=suite == "kld",
+                        keep_outputs=suite == "greedy")
     data.fingerprint = _fingerprint(store)
     return data
 

@@ -22,7 +22,8 @@ Direction = Literal["higher", "lower"]
 #   mean        per-item score values as written by the suite's scorer
 #   trigger_f1  centred jackknife pseudo-values of K2VV trigger-F1 against the baseline's runs
 #   kld         per-item kl_stats() of each run against the baseline's runs (needs logprobs)
-Statistic = Literal["mean", "trigger_f1", "kld"]
+#   match       per-item output identity with the baseline's runs (greedy suite)
+Statistic = Literal["mean", "trigger_f1", "kld", "match"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,9 @@ for _spec in (
     # nats; llama.cpp reference points: q8_0 0.0014, q4_K_M 0.031 (Llama-3-8B)
     MetricSpec("kld/kld", "kld", "kld", direction="lower", tolerance=0.05, statistic="kld",
                doc="mean KL(baseline || candidate) minus the baseline's own run-to-run KL"),
+    # a drafter change must not change greedy outputs beyond the stack's own irreproducibility
+    MetricSpec("greedy/match", "greedy", "match", tolerance=0.02, statistic="match",
+               doc="greedy output identical to the baseline's, minus the baseline's own run-to-run identity"),
     MetricSpec("kld/same_top", "kld", "same_top", tolerance=0.05, statistic="kld", gated=False),
     MetricSpec("kld/dp_rms", "kld", "dp_rms", direction="lower", tolerance=0.02, statistic="kld", gated=False),
 ):

@@ -249,3 +249,22 @@ def _fill(m: dict[str, np.ndarray], i: int, col: int, x: Encoded | None, y: Enco
 
 def _stack(cols: list[np.ndarray], n: int) -> np.ndarray:
     return np.column_stack(cols) if cols else np.full((n, 0), np.nan)
+
+
+def match_matrices(base: list[list[str | None]], cand: list[list[str | None]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per item, 1.0 where two runs' outputs are identical (NaN where either is missing).
+
+    Baseline columns: unordered pairs of its own runs (how often the stack reproduces itself);
+    candidate columns: every (baseline run, candidate run) pair. Same layout as the kld matrices.
+    """
+    n = len(base)
+    kb = len(base[0]) if n else 0
+    kc = len(cand[0]) if n else 0
+
+    def same(x: str | None, y: str | None) -> float:
+        return np.nan if x is None or y is None else float(x == y)
+
+    bpairs = [(i, j) for i in range(kb) for j in range(i + 1, kb)]
+    b = np.array([[same(base[r][i], base[r][j]) for i, j in bpairs] for r in range(n)]).reshape(n, len(bpairs))
+    c = np.array([[same(base[r][i], cand[r][j]) for i in range(kb) for j in range(kc)] for r in range(n)]).reshape(n, kb * kc)
+    return b, c
