@@ -14,6 +14,7 @@ import json
 import platform
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 
@@ -63,6 +64,20 @@ def main() -> None:
     c = report.candidates[0]
     mdes = {m.metric: round(m.mde, 3) for m in c.metrics if m.gated}
     print(f"verdict {c.verdict}; replicates {cfg.replicates}; MDE per gated metric: {json.dumps(mdes)}")
+    for m in c.metrics:
+        if m.gated:
+            print(f"  {m.metric:34s} base {m.baseline_mean:.3f} cand {m.candidate_mean:.3f} Δ {m.delta:+.3f} "
+                  f"MDE {m.mde:.3f} tol {m.tolerance:.3f} {m.verdict}")
+    from qverify.evals.store import RunStore
+
+    for b in (base, cand):  # per-suite eval time from the run manifests' timestamps
+        times = []
+        for suite in cfg.suites:
+            man = RunStore(wd.run_dir(b.manifest.build_id, suite)).read_manifest()
+            if man and man.finished and man.started:
+                secs = (datetime.fromisoformat(man.finished) - datetime.fromisoformat(man.started)).total_seconds()
+                times.append(f"{suite} {secs:.0f}s")
+        print(f"  eval {b.manifest.recipe}: {', '.join(times)}")
     print(f"machine: {platform.machine()} {platform.processor() or ''}, workdir {wd.root}")
 
 

@@ -153,7 +153,8 @@ def create_app(loaded: LoadedModel, max_batch: int = 8, threads: int = 1) -> Fas
             return StreamingResponse(sse_chat(
                 tokens, fut, lambda t: tok.decode([i for i in t if i not in special], skip_special_tokens=False),
                 finish_message, name, holds=req.stop + ([SECTION_BEGIN] if parse_tools else []),
-                stream_content=not prefill, usage=usage, meta=meta), media_type="text/event-stream")
+                stream_content=not prefill, usage=usage, meta=meta, announce_calls=parse_tools, prefill=prefill),
+                media_type="text/event-stream")
         res = await batcher.submit("gen", req)
         message, finish = finish_message(res)
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}

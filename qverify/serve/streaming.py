@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from qverify.chatfmt import ARG_BEGIN, CALL_BEGIN
 from qverify.serve.engine import GenResult
+
+# a call's header is complete once its argument marker is out: the name can be announced then,
+# as OpenAI and SGLang's parsers do (first delta: id + name; arguments follow)
+_HEADER = re.compile(re.escape(CALL_BEGIN) + r"(functions\.([\w.\-]+):\d+)" + re.escape(ARG_BEGIN))
 
 _DONE = object()
 
@@ -55,27 +61,36 @@ def _chunk(cid: str, model: str, delta: dict[str, Any], finish: str | None = Non
 async def sse_chat(tokens: TokenQueue, result: asyncio.Future, decode: Callable[[list[int]], str],
                    finish_message: Callable[[GenResult], tuple[dict[str, Any], str]], model: str,
                    holds: list[str], stream_content: bool, usage: Callable[[GenResult], dict[str, Any]],
-                   meta: Callable[[GenResult], dict[str, Any]]) -> AsyncIterator[str]:
+                   meta: Callable[[GenResult], dict[str, Any]], announce_calls: bool = False,
+                   prefill: str = "") -> AsyncIterator[str]:
     """Yield SSE lines: a role chunk, content deltas as tokens arrive, a final chunk, [DONE].
 
     `finish_message` turns the engine's result into the non-streamed message (content or tool
-    calls); whatever of its content was not yet sent goes out before the final chunk.
+    calls); whatever of its content was not yet sent goes out before the final chunk. With
+    `announce_calls`, a tool call's id and name go out as soon as its header is complete and its
+    arguments (parsed and validated as in the non-streamed answer) in the last delta.
     """
     cid = f"chatcmpl-{uuid.uuid4().hex[:12]}"
     yield _chunk(cid, model, {"role": "assistant", "content": ""})
     ids: list[int] = []
     sent = 0
+    announced: list[str] = []  # call ids whose name went out early
     while True:
         item = await tokens.q.get()
         if item is _DONE:
             break
         ids.extend(item)
+        text = decode(ids)
         if stream_content:
-            text = decode(ids)
             n = releasable(text, holds)
             if n > sent:
                 yield _chunk(cid, model, {"content": text[sent:n]})
                 sent = n
+        if announce_calls:
+            for i, m in enumerate(list(_HEADER.finditer(prefill + text))[len(announced):], start=len(announced)):
+                announced.append(m.group(1))
+                yield _chunk(cid, model, {"tool_calls": [{"index": i, "id": m.group(1), "type": "function",
+                                                          "function": {"name": m.group(2), "arguments": ""}}]})
     try:
         res: GenResult = await result
     except Exception as e:  # the stream has started (status 200): report in-band, as OpenAI does
@@ -87,6 +102,10 @@ async def sse_chat(tokens: TokenQueue, result: asyncio.Future, decode: Callable[
     if stream_content and len(content) > sent:
         yield _chunk(cid, model, {"content": content[sent:]})
     if message.get("tool_calls"):
-        yield _chunk(cid, model, {"tool_calls": [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]})
+        deltas = []
+        for i, c in enumerate(message["tool_calls"]):
+            early = i < len(announced) and announced[i] == c["id"]
+            deltas.append({"index": i, "function": {"arguments": c["function"]["arguments"]}} if early else {"index": i, **c})
+        yield _chunk(cid, model, {"tool_calls": deltas})
     yield _chunk(cid, model, {}, finish, usage=usage(res), meta_info=meta(res))
     yield "data: [DONE]\n\n"

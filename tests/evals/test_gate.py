@@ -81,10 +81,12 @@ def wd(tmp_path_factory) -> Path:
     tn = np.where((t == 1.0) & (rng.random(200) < 0.4), 0.0, t)
     for build, tc in {"vbase": t, "vaa": t, "vnocall": tn}.items():
         _put(wd, build, "verifier", _verifier_scores(tc, 3, rng))
-    # kld: prompt logprobs; a deterministic baseline, a near and a far candidate
+    # kld: prompt logprobs; a deterministic baseline, a near and a far candidate; and a baseline with
+    # tiny run-to-run noise (batch-composition rounding) against a candidate whose KL is small but far above it
     logits = rng.normal(0, 2, (12, 16, 16))
-    for build, shift in {"kbase": 0.0, "knear": 0.05, "kfar": 1.5}.items():
-        lps = synth.logprob_runs(logits, 3, run_noise=0.0, shift=shift, rng=rng)
+    for build, shift, noise in (("kbase", 0.0, 0.0), ("knear", 0.05, 0.0), ("kfar", 1.5, 0.0),
+                                ("knoisy", 0.0, 0.002), ("knoisy_near", 0.05, 0.002)):
+        lps = synth.logprob_runs(logits, 3, run_noise=noise, shift=shift, rng=rng)
         synth.write_build(wd / "builds", build, recipe=build)
         synth.write_run(wd / "runs", build, "kld", synth.results("kld", synth.item_ids("kld", 12),
                                                                  {"has_logprobs": np.ones((12, 3))}, logprobs=lps))
@@ -179,6 +181,15 @@ def test_kld_against_the_baselines_own_run_to_run_kl(wd):
     assert near.verdict == "PASS" and 0 < near.delta < near.tolerance
     assert far.verdict == "FAIL" and far.ci_low > far.tolerance
     assert not _metric(r, "kld/same_top", 1).gated
+
+
+def test_kld_is_an_equivalence_test_against_a_near_deterministic_baseline(wd):
+    # Δ is far outside a ~0 noise band, yet well inside the tolerance: a distance passes on band + tolerance
+    r = _gate(wd, "knoisy", ["knoisy_near", "kfar"], ["kld"])
+    near, far = _metric(r, "kld/kld", 0), _metric(r, "kld/kld", 1)
+    assert not near.method.startswith("deterministic") and near.delta > 10 * near.noise_band
+    assert near.verdict == "PASS" and near.ci_high <= near.noise_band + near.tolerance
+    assert far.verdict == "FAIL"
 
 
 def test_gate_json_is_written_atomically_with_an_idempotent_id(wd):

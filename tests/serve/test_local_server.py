@@ -173,8 +173,10 @@ def test_streamed_tool_call_arrives_as_tool_calls_not_markup(server):
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
     assert "<|tool_call" not in text
     calls = [tc for c in chunks for tc in c["choices"][0]["delta"].get("tool_calls") or []]
-    assert [tc["function"]["name"] for tc in calls] == ["read_file"]
-    assert json.loads(calls[0]["function"]["arguments"]) == parrot.CALL_ARGS
+    # OpenAI's shape: the first delta announces id + name before the arguments are done, then the arguments
+    assert calls[0]["function"] == {"name": "read_file", "arguments": ""} and calls[0]["id"] == "functions.read_file:0"
+    assert len(calls) == 2 and calls[1]["index"] == 0 and "name" not in calls[1]["function"]
+    assert json.loads(calls[1]["function"]["arguments"]) == parrot.CALL_ARGS
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
 

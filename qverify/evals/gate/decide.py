@@ -29,6 +29,7 @@ from qverify.evals.gate.metrics import MetricSpec
 from qverify.models import MetricResult, Verdict
 
 MIN_ITEMS = 10  # below this a bootstrap over items says little; no verdict but INCONCLUSIVE
+DISTANCES = ("kld", "match")  # statistics that compare each run with the baseline's runs: equivalence-tested
 
 
 @dataclass
@@ -162,6 +163,14 @@ def _verdict(m: Measured, p_adj: float | None, alpha: float) -> tuple[Verdict, s
         why = f"MDE {m.mde:.3f} exceeds the tolerance {tol:.3f}: a tolerance-sized loss would go unseen"
         return "INCONCLUSIVE", why, _advice(m)
     od, olo = sign * delta, min(sign * lo, sign * hi)
+    if s.statistic in DISTANCES and not m.noise.deterministic:
+        # A distance to the baseline (KL, output identity) moves under *any* lossy change, so "within the
+        # noise band" alone would never pass one; the band is the floor it is measured from, and the
+        # tolerance is the excess the user accepts: an equivalence test, the whole CI within band + tolerance.
+        if olo >= -allow:
+            return ("PASS", f"Δ {delta:+.3f} over the baseline's own run-to-run value, {ci}, lies within the noise "
+                            f"band ±{band:.3f} + tolerance {tol:.3f}", None)
+        return "INCONCLUSIVE", f"Δ {delta:+.3f}, {ci}, reaches past noise band + tolerance {thr}", _advice(m)
     if m.noise.deterministic:
         mc = ""
         if m.mcnemar is not None:
