@@ -23,6 +23,7 @@ import json
 import re
 import sys
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -140,7 +141,9 @@ def fitted(pools: dict[str, RunData]) -> dict[str, SuiteModel]:
         if s == "kld":
             continue  # logprobs are resampled as whole replicates in real mode; not modelled here
         derived = re.compile(r"accuracy@\d+|pass@1/level\d+|exact_call/.+|finish/.+")  # redrawn from their base keys
-        p = {k: np.nan_to_num(np.nanmean(m, axis=1), nan=0.0) for k, m in run.scores.items() if not derived.fullmatch(k)}
+        with warnings.catch_warnings():  # items a key never applies to (all NaN) get 0, silently
+            warnings.simplefilter("ignore", RuntimeWarning)
+            p = {k: np.nan_to_num(np.nanmean(m, axis=1), nan=0.0) for k, m in run.scores.items() if not derived.fullmatch(k)}
         if s == "longctx":
             p["length"] = np.zeros(len(run.items))
             for length in LENGTHS:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +42,27 @@ class Output:
 
     def warn(self, msg: str) -> None:
         self.err.print(f"[yellow]warning:[/yellow] {msg}")
+
+    @contextmanager
+    def stdout_is_data(self) -> Iterator[None]:
+        """In --json mode, send everything written to stdout inside the block to stderr instead.
+
+        Libraries log to stdout behind our back (llm-compressor's loguru sink, progress bars,
+        the server's subprocess output); at file-descriptor level so that none of it can break
+        the one JSON document --json promises on stdout.
+        """
+        if not self.json_mode:
+            yield
+            return
+        sys.stdout.flush()
+        saved = os.dup(1)
+        os.dup2(2, 1)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
 
     def error(self, msg: str) -> None:
         self.err.print(f"[red]error:[/red] {msg}", highlight=False)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 CARD = ROOT / "qverify/assets/qverify-tiny/README.md"
 COLUMNS = [("coding", "pass@1"), ("toolcall", "exact_call"), ("toolcall", "trigger"), ("longctx", "accuracy"),
            ("longctx", "accuracy@128"), ("longctx", "accuracy@512"), ("longctx", "accuracy@1024"),
-           ("verifier", "schema_accuracy"), ("kld", "kld")]
+           ("verifier", "schema_accuracy")]
 
 
 def cell(run, key: str) -> str:
@@ -50,23 +50,26 @@ def main() -> int:
     builds = {}
     for bj in sorted(wd.builds.glob("*/build.json")):
         m = json.loads(bj.read_text())
-        builds[m["build_id"]] = m["recipe"]["name"] if isinstance(m.get("recipe"), dict) else m.get("recipe_name", "?")
+        builds[m["build_id"]] = m["recipe"]
     base = next((b for b, r in builds.items() if r == "bf16"), None)
     order = sorted(builds, key=lambda b: (builds[b] != "bf16", builds[b]))
-    head = ["recipe", "reps"] + [f"{s} {k}" for s, k in COLUMNS] + ["gate vs bf16"]
+    head = ["recipe", "reps"] + [f"{s} {k}" for s, k in COLUMNS] + ["KL vs bf16 (nats)", "gate vs bf16"]
     rows = []
     for b in order:
         runs = {s: load(wd.runs, b, s) for s in {s for s, _ in COLUMNS}}
         if not any(r.exists for r in runs.values()):
             continue
         reps = max(len(r.replicates) for r in runs.values())
-        verdict = "baseline"
+        verdict, kl = "baseline", "–"
         if b != base and base:
-            rep = run_gate(wd, base, [b], write=False, n_boot=1000)
+            suites = [s for s in ("coding", "toolcall", "longctx", "verifier", "kld", "greedy")
+                      if (wd.runs / b / s).exists() and (wd.runs / base / s).exists()]
+            rep = run_gate(wd, base, [b], suites=suites, write=False, n_boot=1000)
             c = rep.candidates[0]
-            failed = [m.metric for m in c.metrics if m.verdict == "FAIL"]
-            verdict = c.verdict + (f" ({', '.join(failed[:3])})" if failed else "")
-        rows.append([builds[b], str(reps)] + [cell(runs[s], k) for s, k in COLUMNS] + [verdict])
+            failed = [m.metric for m in c.metrics if m.verdict == "FAIL" and m.gated]
+            verdict = c.verdict + (f" ({', '.join(failed[:3])}{', …' if len(failed) > 3 else ''})" if failed else "")
+            kl = next((f"{m.candidate_mean:.4f}" for m in c.metrics if m.metric == "kld/kld"), "–")
+        rows.append([builds[b], str(reps)] + [cell(runs[s], k) for s, k in COLUMNS] + [kl, verdict])
     table = "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows])
     print(table)
     if args.write_card:

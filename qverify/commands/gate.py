@@ -50,7 +50,9 @@ def gate_cmd(
 
         cands = [recipe] if recipe else list(cfg.candidates)
         names = names or suites_for_recipes(list(cfg.suites), cands)
-        base_id, cand_ids = ensure_runs(s.workdir, cfg, baseline=cfg.baseline, candidates=cands, suites=names, out=s.out)
+        with s.out.stdout_is_data():
+            base_id, cand_ids = ensure_runs(s.workdir, cfg, baseline=cfg.baseline, candidates=cands, suites=names,
+                                            out=s.out)
     report = run_gate(s.workdir, base_id, cand_ids, names, cfg, n_boot=n_boot, seed=seed)
     if s.out.json_mode:
         s.out.data(report.model_dump(mode="json"))
@@ -69,7 +71,8 @@ def gate_cmd(
 
         # the report step talks on stderr only, so `--json` stdout stays one document (the GateReport)
         quiet = Output(json_mode=False, console=Console(stderr=True))
-        rc = report_after_gate(s.workdir, report.gate_id, tracking_uri or cfg.tracking_uri, out=quiet)
+        with s.out.stdout_is_data():  # MLflow's own prints too
+            rc = report_after_gate(s.workdir, report.gate_id, tracking_uri or cfg.tracking_uri, out=quiet)
         if rc and code == 0:
             code = rc
     raise typer.Exit(code)
