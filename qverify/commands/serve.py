@@ -52,8 +52,11 @@ def serve_cmd(
             sys.stdout.write("\n".join(lines or [f"# nothing to launch: attach to {prof.endpoint}"]) + "\n")
         return
 
-    # SIGTERM (a scheduler, `timeout`) stops the server exactly as Ctrl-C does
+    # SIGTERM (a scheduler, `timeout`) stops the server exactly as Ctrl-C does. SIGINT is set too: a shell
+    # starts background jobs (`cmd &`, nohup, CI runners) with SIGINT ignored, and Python then never turns
+    # it into KeyboardInterrupt, so `kill -INT` would leave the server running.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     t0 = time.monotonic()
     ep = srv.start()
     try:
