@@ -8,6 +8,7 @@ An infrastructure failure after retries is an error *class*, never a wrong answe
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from dataclasses import dataclass
@@ -131,8 +132,6 @@ class StreamTiming:
 
 async def stream_chat(client: Client, body: dict[str, Any]) -> StreamTiming:
     """Send `body` with stream=true and time it; never retried (a retry would distort the timing)."""
-    import json
-
     body = {"model": client.endpoint.model, **body, "stream": True,
             "stream_options": {"include_usage": True}}  # OpenAI/SGLang: usage in the last chunk
     t0 = time.perf_counter()

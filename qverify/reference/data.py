@@ -85,12 +85,12 @@ def corpus_for_tokenizer(n: int = 400) -> list[str]:
     return out
 
 
-def induction_batch(batch: int, seed: int, vocab_lo: int, vocab_hi: int, pad_id: int, sep_id: int):
+def induction_batch(batch: int, seed: int, vocab_lo: int, vocab_hi: int, sep_id: int):
     """(ids, valid, answer) tensors: [segment][sep][segment] of uniformly random token ids.
 
-    The answer mask covers the second copy. Kept to the exact shape that was measured to
-    work (a first attempt with random noise before and between the copies and no separator
-    stayed at chance for 450 steps); the chat-wrapped copy task then generalises it.
+    The answer mask covers the second copy. The segment length varies from batch to batch
+    so that only content-based copying (an induction head) lowers the loss, not attention
+    to a fixed offset; the chat-wrapped copy task then carries it over to text.
     """
     import torch
 

@@ -98,8 +98,9 @@ def train(model, tok, cfg: TrainConfig, work: Path, evaluate=None, task_fn=pick_
         seed = state["step"] * 7919 + cfg.seed
         if task == "induction":
             # ids above the special tokens; random ids, not text, so there is nothing to guess but a copy
+            sep = tok.convert_tokens_to_ids("<|im_middle|>")
             ids, valid, ans = (t.to(device) for t in induction_batch(bsz, seed, len(tok.all_special_ids) + 1,
-                                                                       len(tok), pad, tok.convert_tokens_to_ids("<|im_middle|>")))
+                                                                       len(tok), sep))
         else:
             ids, valid, ans = make_batch(tok, example_fn(task, bsz, seed, count, length), eos, pad, device)
         for g in opt.param_groups:

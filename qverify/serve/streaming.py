@@ -80,6 +80,8 @@ async def sse_chat(tokens: TokenQueue, result: asyncio.Future, decode: Callable[
         if item is _DONE:
             break
         ids.extend(item)
+        if not (stream_content or announce_calls):
+            continue  # a named/required tool call: nothing goes out before the end
         text = decode(ids)
         if stream_content:
             n = releasable(text, holds)
