@@ -38,7 +38,7 @@ def main() -> None:
     from qverify.suites.coding import CodingSuite
 
     model_dir = args.model or default_model_dir()
-    items = CodingSuite().items("held-out", args.n)
+    items = CodingSuite().items("test", args.n)
     lm = load_for_serving(model_dir, speculative=False)
     tok = lm.tokenizer
     prompts = [tok.apply_chat_template(i.messages, tokenize=False, add_generation_prompt=True) for i in items]

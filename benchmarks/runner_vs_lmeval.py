@@ -36,7 +36,7 @@ def main() -> None:
     from qverify.suites.coding import CodingSuite
 
     model_dir = args.model or default_model_dir()
-    items = CodingSuite().items("held-out", args.n)
+    items = CodingSuite().items("test", args.n)
     tmp = Path(tempfile.mkdtemp())
     backend = LocalBackend(model_dir, None, ServingProfile(flags={"speculative": False}), tmp)
     with backend as ep:

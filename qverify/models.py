@@ -12,7 +12,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 def content_hash(obj: Any, n: int = 16) -> str:
@@ -103,13 +103,18 @@ class Item(Strict):
 
     id: str
     suite: str
-    split: Literal["train", "held-out"] = "held-out"
+    split: Literal["train", "validation", "test"] = "test"
     kind: Literal["chat", "completion"] = "chat"
     messages: list[dict[str, Any]] = Field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
     prompt: str | None = Field(None, description="raw prompt for completion-style items (kld)")
     target: dict[str, Any] = Field(default_factory=dict, description="what the scorer needs: tests, expected calls, answer")
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("split", mode="before")
+    @classmethod
+    def _held_out_is_test(cls, v: Any) -> Any:
+        return "test" if v == "held-out" else v  # runs written before validation and test were separated
 
     @classmethod
     def make(cls, suite: str, split: str, **content: Any) -> "Item":
@@ -170,7 +175,7 @@ class RunManifest(Strict):
     item_set_hash: str
     n_items: int
     replicates: int
-    split: str = "held-out"
+    split: str = "test"
     source: str = "synthetic"
     sampling: Sampling
     serving: ServingProfile

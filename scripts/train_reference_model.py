@@ -21,6 +21,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+def stop_time(hhmm: str) -> float:
+    """Epoch seconds of the next UTC HH:MM."""
+    import datetime as dt
+
+    now = dt.datetime.now(dt.timezone.utc)
+    h, m = map(int, hhmm.split(":"))
+    at = now.replace(hour=h, minute=m, second=0, microsecond=0)
+    return (at if at > now else at + dt.timedelta(days=1)).timestamp()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "qverify/assets/qverify-tiny")
@@ -28,7 +38,12 @@ def main() -> None:
     ap.add_argument("--tokens", type=float, default=20e6, help="target training tokens")
     ap.add_argument("--drafter-tokens", type=float, default=3e6)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--eval-n", type=int, default=60, help="held-out items per suite for the final scores")
+    ap.add_argument("--distill-prompts", type=int, default=1200, help="train prompts the target answers for the drafter")
+    ap.add_argument("--eval-every", type=float, default=None, help="tokens between validation evals (default tokens/4)")
+    ap.add_argument("--eval-n", type=int, default=60, help="test items per suite for the final scores")
+    ap.add_argument("--init-from", type=Path, default=None,
+                    help="warm start: a saved qverify-tiny (its tokenizer, weights and drafter/) instead of random init")
+    ap.add_argument("--stop-at", default=None, help="UTC HH:MM: stop training there (time budget), then finish")
     ap.add_argument("--smoke", action="store_true", help="tiny budgets: checks the script runs end to end")
     args = ap.parse_args()
 
@@ -43,7 +58,7 @@ def main() -> None:
     if args.smoke:
         args.tokens, args.drafter_tokens, args.eval_n = 6000, 3000, 4
     args.work.mkdir(parents=True, exist_ok=True)
-    tok_dir = args.work / "tokenizer"
+    tok_dir = args.init_from or args.work / "tokenizer"
     if not (tok_dir / "tokenizer.json").exists():
         tok = tokenizer.train_tokenizer(data.corpus_for_tokenizer(), vocab_size=768)
         tokenizer.save_tokenizer(tok, tok_dir)
@@ -54,32 +69,47 @@ def main() -> None:
     ids = dict(vocab_size=len(tok), bos=tok.bos_token_id, eos=tok.eos_token_id, pad=tok.pad_token_id)
 
     torch.manual_seed(0)
-    target = DeepseekV3ForCausalLM(arch.target_config(**ids)).to(device)
+    if args.init_from:  # fp32 for training; the saved weights are bf16
+        target = DeepseekV3ForCausalLM.from_pretrained(args.init_from, dtype=torch.float32).to(device)
+    else:
+        target = DeepseekV3ForCausalLM(arch.target_config(**ids)).to(device)
     lengths = (128, 256) if args.smoke else (128, 256, 512, 768, 1024)
     cfg = train.TrainConfig(tokens=int(args.tokens), threads=args.threads,
-                            eval_every_tokens=max(int(args.tokens // 4), 1), eval_n=2 if args.smoke else 30)
+                            eval_every_tokens=max(int(args.eval_every or args.tokens // 4), 1), eval_n=2 if args.smoke else 30)
     if args.smoke:
         cfg.batch_tokens, cfg.ckpt_every_s = 512, 0
+    if args.stop_at:
+        cfg.stop_at = stop_time(args.stop_at)
     t0 = time.time()
     state = train.train(target, tok, cfg, args.work, tag="target",
-                        evaluate=lambda m, n: evaluate.evaluate(m, tok, n, lengths=lengths))
+                        task_fn=data.pick_task_warm_start if args.init_from else data.pick_task,
+                        evaluate=lambda m, n: evaluate.evaluate(m, tok, n, lengths=lengths, split="validation"))
     print(f"target trained: {state['seen'] / 1e6:.2f}M tokens in {state['wall'] / 60:.1f} min", flush=True)
 
     final_path = args.work / "final_scores.json"
     if final_path.exists():
         final = json.loads(final_path.read_text())
     else:
-        final = evaluate.evaluate(target, tok, args.eval_n, lengths=lengths)
+        final = evaluate.evaluate(target, tok, args.eval_n, lengths=lengths, split="test")
         final_path.write_text(json.dumps(final))
-    print("held-out:", json.dumps(final), flush=True)
+    print("test:", json.dumps(final), flush=True)
 
     torch.manual_seed(1)
-    draft = DeepseekV3ForCausalLM(arch.drafter_config(**ids)).to(device)
-    dcfg = train.TrainConfig(tokens=int(args.drafter_tokens), threads=args.threads, lr=3e-3, eval_every_tokens=10**12)
+    if args.init_from:
+        draft = DeepseekV3ForCausalLM.from_pretrained(args.init_from / "drafter", dtype=torch.float32).to(device)
+    else:
+        draft = DeepseekV3ForCausalLM(arch.drafter_config(**ids)).to(device)
+    dcfg = train.TrainConfig(tokens=int(args.drafter_tokens), threads=args.threads, lr=1e-3 if args.init_from else 3e-3,
+                             eval_every_tokens=10**12)
     if args.smoke:
         dcfg.batch_tokens, dcfg.ckpt_every_s = 512, 0
-    dstate = drafter.distill(draft, target, tok, dcfg, args.work, n_prompts=8 if args.smoke else 1200)
-    accept = drafter.acceptance(target, draft, tok, n=4 if args.smoke else 40)
+    dstate = drafter.distill(draft, target, tok, dcfg, args.work, n_prompts=8 if args.smoke else args.distill_prompts)
+    accept_path = args.work / "acceptance.json"
+    if accept_path.exists():
+        accept = json.loads(accept_path.read_text())
+    else:
+        accept = drafter.acceptance(target, draft, tok, n=2 if args.smoke else 20)
+        accept_path.write_text(json.dumps(accept))
     print("acceptance:", json.dumps(accept), flush=True)
 
     model_card.write(args.out, target, draft, tok, state, dstate, final, accept, cfg, dcfg, device,

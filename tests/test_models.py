@@ -13,7 +13,7 @@ SAMPLES = [
                   bytes_by_dtype={"bfloat16": 10}, kv_dtype="fp8_e4m3", kv_bytes_per_token=1728,
                   tensor_hashes={"model.safetensors::w": "00"}),
     ServingProfile(name="b200-tp4", backend="sglang", tp=4, flags={"kv_cache_dtype": "fp8_e4m3"}, api_key_env="KEY"),
-    Item.make("toolcall", "held-out", messages=[{"role": "user", "content": "hi"}], tools=[{"type": "function"}],
+    Item.make("toolcall", "test", messages=[{"role": "user", "content": "hi"}], tools=[{"type": "function"}],
               target={"calls": []}, metadata={"kind": "irrelevant"}),
     ItemResult(item_id="i", suite="toolcall", replicate=2, seed=7, request_hash="r",
                response=Response(content=None, tool_calls=[ToolCall(id="functions.f:0", name="f", arguments="{}")],
@@ -40,9 +40,9 @@ def test_unknown_fields_are_rejected():
 
 
 def test_item_id_is_a_content_hash():
-    a = Item.make("coding", "held-out", messages=[{"role": "user", "content": "x"}])
-    b = Item.make("coding", "held-out", messages=[{"role": "user", "content": "x"}], metadata={"level": 3})
-    c = Item.make("coding", "held-out", messages=[{"role": "user", "content": "y"}])
+    a = Item.make("coding", "test", messages=[{"role": "user", "content": "x"}])
+    b = Item.make("coding", "test", messages=[{"role": "user", "content": "x"}], metadata={"level": 3})
+    c = Item.make("coding", "test", messages=[{"role": "user", "content": "y"}])
     assert a.id == b.id != c.id and a.id.startswith("coding-")
 
 

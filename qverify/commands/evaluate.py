@@ -22,7 +22,7 @@ def eval_cmd(
     api_key_env: Annotated[str | None, typer.Option(help="env var holding the endpoint's API key")] = None,
     concurrency: Annotated[int, typer.Option(help="requests in flight")] = 8,
     limit: Annotated[int | None, typer.Option(help="items per suite (default: each suite's own)")] = None,
-    split: Annotated[str, typer.Option(help="held-out (default) or train")] = "held-out",
+    split: Annotated[str, typer.Option(help="test (default; what the model card reports), validation or train")] = "test",
     source: Annotated[str, typer.Option(help="synthetic, or a suite's real-data source (humaneval, bfcl)")] = "synthetic",
     port: Annotated[int | None, typer.Option(help="server port (default: a free one)")] = None,
     error_budget: Annotated[float, typer.Option(help="max infrastructure-error rate for a complete run")] = 0.02,

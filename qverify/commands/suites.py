@@ -38,7 +38,7 @@ def show(
     ctx: typer.Context,
     name: str,
     n: Annotated[int, typer.Option("--n", help="how many items")] = 3,
-    split: Annotated[str, typer.Option(help="held-out or train")] = "held-out",
+    split: Annotated[str, typer.Option(help="test, validation or train")] = "test",
     source: Annotated[str, typer.Option(help="synthetic, or the suite's real-data source")] = "synthetic",
 ) -> None:
     """Print example items of a suite."""
@@ -46,8 +46,8 @@ def show(
     from qverify.suites import get_suite
 
     s = state(ctx)
-    if split not in ("held-out", "train"):
-        raise BadInput(f"unknown split {split!r}", fix="use --split held-out or --split train")
+    if split not in ("test", "validation", "train", "held-out"):  # held-out: the old name of test
+        raise BadInput(f"unknown split {split!r}", fix="use --split test, validation or train")
     suite = get_suite(name)
     if source not in suite.sources:
         raise BadInput(f"suite {name} has no source {source!r}", fix=f"use one of: {', '.join(suite.sources)}")

@@ -25,15 +25,16 @@ def token_counter(build_dir: Path) -> Callable[[str], int]:
 
 
 def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, suites: list[str], replicates: int,
-              serving: ServingProfile, limit: int | None = None, split: str = "held-out", source: str = "synthetic",
+              serving: ServingProfile, limit: int | None = None, split: str = "test", source: str = "synthetic",
               concurrency: int = 8, error_budget: float = 0.02, fresh: bool = False,
               suite_options: dict[str, dict[str, Any]] | None = None) -> EvalPlan:
     from qverify.suites import get_suite
 
     if replicates < 1:
         raise BadInput(f"--replicates must be >= 1 (got {replicates})", fix="pass --replicates 3 or more for gating")
-    if split not in ("held-out", "train"):
-        raise BadInput(f"unknown split {split!r}", fix="use --split held-out")
+    if split not in ("test", "validation", "train", "held-out"):  # held-out: the old name of test
+        raise BadInput(f"unknown split {split!r}", fix="use --split test (or validation, train)")
+    split = "test" if split == "held-out" else split
     count = token_counter(build_dir)
     objs, items = [], {}
     for name in suites:
@@ -62,7 +63,7 @@ def _versions() -> dict[str, str]:
 
 
 def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str], replicates: int = 3,
-                   serving: ServingProfile | None = None, limit: int | None = None, split: str = "held-out",
+                   serving: ServingProfile | None = None, limit: int | None = None, split: str = "test",
                    source: str = "synthetic", concurrency: int = 8, error_budget: float = 0.02, port: int | None = None,
                    fresh: bool = False, show_progress: bool = True, on_ready: Callable[[Endpoint], None] | None = None,
                    suite_options: dict[str, dict[str, Any]] | None = None) -> list[SuiteSummary]:

@@ -63,7 +63,7 @@ class EvalPlan:
     serving: ServingProfile
     concurrency: int = 8
     error_budget: float = 0.02
-    split: str = "held-out"
+    split: str = "test"
     source: str = "synthetic"
     fresh: bool = False
     perf_probes: int = 4  # streamed requests per suite, one at a time, for TTFT (0: off)

@@ -27,6 +27,7 @@ from qverify.suites.longctx import LongContextSuite
 from qverify.suites.toolcall import generate_toolcall_items, reference_message
 
 TASK_MIX = {"coding": 0.30, "toolcall": 0.28, "longctx": 0.30, "copy": 0.04, "induction": 0.08}
+WARM_START_MIX = {"coding": 0.5, "toolcall": 0.2, "longctx": 0.22, "copy": 0.04, "induction": 0.04}
 INDUCTION_FRACTION = 0.20  # pure random-token induction first
 WARMUP_FRACTION = 0.24  # then induction + chat-wrapped copy, then the task mix
 LONGCTX_LENGTHS = (128, 256, 512, 768, 1024)
@@ -102,6 +103,14 @@ def induction_batch(batch: int, seed: int, vocab_lo: int, vocab_hi: int, sep_id:
     ans = torch.zeros_like(ids, dtype=torch.bool)
     ans[:, n + 1:] = True
     return ids, valid, ans
+
+
+def pick_task_warm_start(rng: random.Random, progress: float) -> tuple[str, int]:
+    """For a model that already copies and knows the formats (warm-started from the previous
+    qverify-tiny): no induction warm-up, every long-context length from the start, and coding
+    (the new composition items) weighted up."""
+    task = rng.choices(list(WARM_START_MIX), list(WARM_START_MIX.values()))[0]
+    return task, rng.choice(LONGCTX_LENGTHS)
 
 
 def pick_task(rng: random.Random, progress: float) -> tuple[str, int]:

@@ -24,7 +24,7 @@ def target_outputs(target, tok, work: Path, n_prompts: int) -> list[data.Example
     for s in range(n_prompts // 8):
         task = ["coding", "toolcall", "longctx", "coding", "toolcall"][s % 5]
         exs += data.examples(task, 8, 10_000 + s, count, random.Random(s).choice([128, 256, 512]))
-    outs = generate(target, tok, [e.prompt for e in exs], 96, batch=8)
+    outs = generate(target, tok, [e.prompt for e in exs], 160, batch=8)
     rows = [{"prompt": e.prompt, "answer": text} for e, (text, _f) in zip(exs, outs)]
     path.write_text("\n".join(json.dumps(r) for r in rows))
     return [data.Example(r["prompt"], r["answer"]) for r in rows]
@@ -44,9 +44,10 @@ def distill(draft, target, tok, cfg: TrainConfig, work: Path, n_prompts: int) ->
 
 
 @torch.no_grad()
-def acceptance(target, draft, tok, n: int = 40) -> dict[str, float]:
-    """Target tokens per target forward pass under assisted greedy decoding, on held-out coding items."""
-    from qverify.suites.coding import CodingSuite
+def acceptance(target, draft, tok, n: int = 20, split: str = "test") -> dict[str, dict]:
+    """Per suite: target tokens per target forward pass under assisted greedy decoding, and
+    whether the assisted output is identical to plain greedy, on `n` items of `split`."""
+    from qverify.reference.evaluate import suites_for
 
     forwards = {"n": 0, "counting": False}
 
@@ -54,21 +55,24 @@ def acceptance(target, draft, tok, n: int = 40) -> dict[str, float]:
         forwards["n"] += forwards["counting"]
 
     hook = target.register_forward_hook(count)
-    produced, identical = 0, 0
     eos = tok.eos_token_id
+    out: dict[str, dict] = {}
     try:
-        for item in CodingSuite().items("held-out", n):
-            prompt = tok.apply_chat_template(item.messages, tokenize=False, add_generation_prompt=True)
-            enc = tok(prompt, return_tensors="pt", add_special_tokens=False)
-            forwards["counting"] = True  # only the assisted run's target forwards count
-            out = target.generate(**enc, assistant_model=draft, max_new_tokens=80, do_sample=False,
-                                  eos_token_id=eos, pad_token_id=tok.pad_token_id)
-            forwards["counting"] = False
-            produced += out.shape[1] - enc["input_ids"].shape[1]
-            plain = target.generate(**enc, max_new_tokens=80, do_sample=False, eos_token_id=eos, pad_token_id=tok.pad_token_id)
-            identical += int(torch.equal(out, plain))
+        for suite in suites_for(tok):
+            produced, identical, forwards["n"] = 0, 0, 0
+            items = suite.items(split, n)
+            for item in items:
+                prompt = tok.apply_chat_template(item.messages, tools=item.tools, tokenize=False, add_generation_prompt=True)
+                enc = tok(prompt, return_tensors="pt", add_special_tokens=False)
+                gen = dict(max_new_tokens=suite.sampling.max_tokens, do_sample=False, eos_token_id=eos,
+                           pad_token_id=tok.pad_token_id)
+                forwards["counting"] = True  # only the assisted run's target forwards count
+                assisted = target.generate(**enc, assistant_model=draft, **gen)
+                forwards["counting"] = False
+                produced += assisted.shape[1] - enc["input_ids"].shape[1]
+                identical += int(torch.equal(assisted, target.generate(**enc, **gen)))
+            out[suite.name] = {"accept_length": round(produced / max(forwards["n"], 1), 3), "items": len(items),
+                               "greedy_identical": identical / len(items)}
     finally:
         hook.remove()
-    assisted_forwards = forwards["n"]
-    return {"accept_length": round(produced / max(assisted_forwards, 1), 3), "items": n,
-            "greedy_identical": identical / n}
+    return out

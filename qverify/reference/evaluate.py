@@ -1,4 +1,4 @@
-"""Greedy held-out evaluation with the suites' own scorers, straight on a model (no server).
+"""Greedy evaluation on the validation or test split with the suites' own scorers, straight on a model (no server).
 
 Used for the training curve and the model card; `qverify eval` is the served path.
 """
@@ -56,24 +56,29 @@ def to_response(text: str, finish: str) -> Response:
     return Response(content=parsed.content, tool_calls=calls, finish_reason="tool_calls" if calls else finish)
 
 
-def evaluate(model, tok, n: int = 50, lengths=(128, 256, 512, 768, 1024)) -> dict[str, float]:
+def suites_for(tok, lengths=(128, 256, 512, 768, 1024)) -> list:
     count = lambda s: len(tok(s, add_special_tokens=False)["input_ids"])  # noqa: E731
+    return [CodingSuite(), ToolCallSuite(), LongContextSuite(count_tokens=count, lengths=lengths)]
+
+
+def evaluate(model, tok, n: int = 50, lengths=(128, 256, 512, 768, 1024), split: str = "validation") -> dict[str, float]:
+    """Greedy scores per suite on `split`: validation while training (the curve), test for the card."""
     scores: dict[str, float] = {}
-    for suite, max_new in ((CodingSuite(), 80), (ToolCallSuite(), 96), (LongContextSuite(count_tokens=count, lengths=lengths), 40)):
-        items = suite.items("held-out", n)
+    for suite in suites_for(tok, lengths):
+        items = suite.items(split, n)
         prompts = [tok.apply_chat_template(i.messages, tools=i.tools, tokenize=False, add_generation_prompt=True) for i in items]
-        gens = generate(model, tok, prompts, max_new, batch=4 if suite.name == "longctx" else 8)
+        gens = generate(model, tok, prompts, suite.sampling.max_tokens, batch=4 if suite.name == "longctx" else 8)
         agg: dict[str, list[float]] = defaultdict(list)
         for item, (text, fin) in zip(items, gens):
             resp = to_response(text, fin)
             if suite.name == "coding":
                 ok = _run_code(extract_code(resp.content or "") + "\n\n" + item.target["tests"])
-                values = {"pass@1": float(ok)}
+                values = {"pass@1": float(ok), f"pass@1/level{item.metadata['level']}": float(ok)}
             else:
                 values = suite.score(item, resp).values
             for k, v in values.items():
                 agg[k].append(v)
         for k, v in agg.items():
-            if k in (suite.primary_metric,) or k.startswith("accuracy@") or k == "trigger":
+            if k == suite.primary_metric or k.startswith(("accuracy@", "pass@1/level")) or k == "trigger":
                 scores[f"{suite.name}/{k}"] = round(sum(v) / len(v), 3)
     return scores

@@ -30,7 +30,7 @@ def write(out: Path, target, draft, tok, state, dstate, final, accept, cfg, dcfg
                            "curve": state["curve"]},
                 "drafter": {"config": config_dict(dcfg), "tokens": dstate["seen"], "minutes": round(dstate["wall"] / 60, 1)},
                 "device": device, "threads": threads, "machine": platform.processor() or platform.machine(),
-                "held_out": final, "acceptance": accept, "params": pc, "drafter_params": dpc,
+                "test": final, "acceptance": accept, "params": pc, "drafter_params": dpc,
                 "total_wall_minutes": round(wall_s / 60, 1)}
     (tmp / "training.json").write_text(json.dumps(training, indent=2))
     (tmp / "README.md").write_text(card(training))
@@ -43,7 +43,9 @@ def card(t: dict) -> str:
     curve = "\n".join(
         f"| {c['tokens'] / 1e6:.1f}M | {c['minutes']} | {c.get('coding/pass@1', '')} | {c.get('toolcall/exact_call', '')} | {c.get('longctx/accuracy', '')} |"
         for c in t["target"]["curve"])
-    held = "\n".join(f"| {k} | {v} |" for k, v in sorted(t["held_out"].items()))
+    held = "\n".join(f"| {k} | {v} |" for k, v in sorted(t["test"].items()))
+    accept = "\n".join(f"| {s} | {a['accept_length']} | {a['greedy_identical'] * 100:.0f}% | {a['items']} |"
+                       for s, a in t["acceptance"].items())
     return f"""# qverify-tiny
 
 The embedded reference model of qverify: a transformers `DeepseekV3ForCausalLM` (the DeepSeek-V3 /
@@ -84,9 +86,12 @@ quantization can move, with no model hub.
 {held}
 
 ## Speculative decoding
-Acceptance under transformers assisted greedy decoding on held-out coding items:
-{t['acceptance']['accept_length']} target tokens per target forward pass; assisted output identical to plain greedy on
-{t['acceptance']['greedy_identical'] * 100:.0f}% of items.
+Acceptance under transformers assisted greedy decoding on test items, per suite (target tokens per target
+forward pass; share of items whose assisted output is identical to plain greedy):
+
+| suite | accept length | greedy-identical | items |
+|---|---|---|---|
+{accept}
 
 ## Quantization sensitivity
 Filled in by `scripts/quant_sensitivity.py --write-card` from `qverify eval` runs of each built-in recipe.

@@ -35,6 +35,7 @@ class TrainConfig:
     eval_every_tokens: int = 5_000_000
     eval_n: int = 30
     threads: int = 2
+    stop_at: float = 0.0  # epoch seconds; past it, training stops early (a time budget), 0 = none
     curve: list = field(default_factory=list)
 
 
@@ -91,9 +92,13 @@ def train(model, tok, cfg: TrainConfig, work: Path, evaluate=None, task_fn=pick_
     wall0 = state["wall"]
     model.train()
     while state["seen"] < cfg.tokens:
+        if cfg.stop_at and time.time() > cfg.stop_at:
+            LOG(f"[{tag}] time budget reached at {state['seen'] / 1e6:.2f}M of {cfg.tokens / 1e6:.2f}M tokens", flush=True)
+            state["stopped_early"] = True
+            break
         rng = random.Random(f"{cfg.seed}:{tag}:{state['step']}")
         task, length = task_fn(rng, state["seen"] / cfg.tokens)
-        est = {"copy": 40, "induction": 64, "coding": 60, "toolcall": 150}.get(task, length + 20)
+        est = {"copy": 40, "induction": 64, "coding": 110, "toolcall": 150}.get(task, length + 20)
         bsz = max(1, min(cfg.max_batch, cfg.batch_tokens // est))
         seed = state["step"] * 7919 + cfg.seed
         if task == "induction":

@@ -16,21 +16,37 @@ from typing import Any, ClassVar, Literal
 from qverify.models import Item, ItemResult, Response, Sampling, Score, content_hash
 from qverify.registry import Registry
 
-Split = Literal["train", "held-out"]
+Split = Literal["train", "validation", "test"]
+SPLITS: tuple[str, ...] = ("train", "validation", "test")
 TokenCounter = Callable[[str], int]
 
-HELD_OUT_FRACTION = 0.2  # of each generator's key space
+# Of each generator's key space: test [0, 0.1), validation [0.1, 0.2), train the rest. The train
+# share is the one the first qverify-tiny was trained on (held-out was [0, 0.2)), so a model
+# warm-started from it has seen no validation or test key.
+TEST_FRACTION = 0.1
+VALIDATION_FRACTION = 0.1
+
+
+def canonical_split(split: str) -> Split:
+    """'held-out' (the name before validation and test were separated) means test."""
+    split = "test" if split == "held-out" else split
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r} (one of {', '.join(SPLITS)})")
+    return split  # type: ignore[return-value]
 
 
 def split_of(key: str) -> Split:
     """Assign a generated item to a split by hashing its identity key.
 
     Generators draw candidates from one seeded stream and keep only those whose
-    key hashes into the requested split, so train and held-out are disjoint by
-    construction, whatever the seeds.
+    key hashes into the requested split, so the splits are disjoint by
+    construction, whatever the seeds. Coding's key is the program's behaviour
+    (coding_check.signature), so items that behave alike share a split.
     """
-    h = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
-    return "held-out" if (h % 1000) < HELD_OUT_FRACTION * 1000 else "train"
+    h = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 1000
+    if h < TEST_FRACTION * 1000:
+        return "test"
+    return "validation" if h < (TEST_FRACTION + VALIDATION_FRACTION) * 1000 else "train"
 
 
 def split_rng(suite: str, split: Split, seed: int) -> random.Random:
@@ -52,7 +68,7 @@ class Suite(ABC):
     metrics_higher_is_better: ClassVar[dict[str, bool]] = {}
     sampling: ClassVar[Sampling] = Sampling()
     sources: ClassVar[tuple[str, ...]] = ("synthetic",)
-    default_n: ClassVar[int] = 40  # held-out items used by default for the embedded model
+    default_n: ClassVar[int] = 40  # test items used by default for the embedded model
     pairwise: ClassVar[bool] = False  # metrics computed against the baseline at gate time (verifier, kld)
 
     def __init__(self, count_tokens: TokenCounter | None = None, **options: Any):
@@ -61,7 +77,7 @@ class Suite(ABC):
 
     # -- items ---------------------------------------------------------------
     @abstractmethod
-    def items(self, split: Split = "held-out", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
+    def items(self, split: Split = "test", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
         """Deterministic items for (split, n, seed, source)."""
 
     def item_counts(self) -> dict[str, str]:

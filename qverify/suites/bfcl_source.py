@@ -130,7 +130,7 @@ def _item(category: str, entry: dict, ground_truth: list[dict]) -> Item:
     kind = "irrelevant" if category == "irrelevance" else category
     return Item.make(
         SUITE,
-        "held-out",
+        "test",
         messages=entry["question"][0],  # single-turn categories: one turn of (system?, user) messages
         tools=[to_openai_tool(f) for f in entry["function"]],
         target={

@@ -6,10 +6,9 @@ import re
 from typing import ClassVar
 
 from qverify.models import Item, Response, Sampling, Score
-from qverify.suites import coding_gen
-from qverify.suites.base import Split, Suite, split_of, split_rng, suites
+from qverify.suites import coding_check, coding_gen
+from qverify.suites.base import Split, Suite, canonical_split, split_of, split_rng, suites
 
-LEVEL_WEIGHTS = {1: 0.15, 2: 0.25, 3: 0.25, 4: 0.2, 5: 0.15}
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.DOTALL)
 
 
@@ -55,36 +54,55 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 @suites.register("coding")
 class CodingSuite(Suite):
     name = "coding"
-    version = "1"
+    version = "2"
     description = "Write a small Python function from a spec; scored by executing hidden tests in a sandbox."
     primary_metric = "pass@1"
-    sampling: ClassVar[Sampling] = Sampling(temperature=0.6, top_p=0.95, max_tokens=96)
+    sampling: ClassVar[Sampling] = Sampling(temperature=0.6, top_p=0.95, max_tokens=160)  # loops run to ~120 tokens
     sources = ("synthetic", "humaneval")
     default_n = 60
 
-    def items(self, split: Split = "held-out", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
+    def items(self, split: Split = "test", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
         if source == "humaneval":
             return self._humaneval(n)
-        n = n or self.default_n
+        return self.generate(canonical_split(split), n or self.default_n, seed)[0]
+
+    def generate(self, split: Split, n: int, seed: int) -> tuple[list[Item], dict[str, int]]:
+        """Items of `split`, and how many candidates were drawn and why they were dropped.
+
+        The split key is the behaviour signature, so no item in one split behaves like an
+        item in another; within a split, a candidate that behaves like an earlier one is a
+        near-duplicate (the same task under other names) and is dropped.
+        """
         rng = split_rng(self.name, split, seed)
-        levels, weights = zip(*LEVEL_WEIGHTS.items())
-        out, seen = [], set()
+        levels, weights = zip(*coding_gen.LEVEL_WEIGHTS.items())
+        out: list[Item] = []
+        seen: set[str] = set()
+        stats = {"drawn": 0, "other_split": 0, "duplicate_behaviour": 0}
         while len(out) < n:
-            spec = coding_gen.make_spec(rng, rng.choices(levels, weights)[0])
-            key = spec.reference()
-            if key in seen or split_of(key) != split:
+            stats["drawn"] += 1
+            if stats["drawn"] > 2000 * (n + 10):
+                raise ValueError(f"coding: the {split} split has fewer than {n} distinct behaviours")
+            fam, params, name, arg = coding_gen.draw(rng, rng.choices(levels, weights)[0])
+            spec = coding_gen.build(fam, params, name, arg)
+            key = coding_check.signature(spec.reference(), spec.name, spec.kind)
+            if split_of(key) != split:
+                stats["other_split"] += 1
+                continue
+            if key in seen:
+                stats["duplicate_behaviour"] += 1
                 continue
             seen.add(key)
+            coding_gen.with_tests(fam, params, spec, rng)
             prompt = f"Write a Python function `{spec.signature()}` that {spec.spec}."
             answer = f"```python\n{spec.reference()}\n```"
             out.append(Item.make(
                 self.name, split,
                 messages=[{"role": "user", "content": prompt}],
                 target={"tests": coding_gen.test_program(spec.name, spec.tests), "entry_point": spec.name,
-                        "reference": answer},
-                metadata={"level": spec.level},
+                        "reference": answer, "code": spec.reference(), "arg_kind": spec.kind},
+                metadata={"level": spec.level, "family": spec.family},
             ))
-        return out
+        return out, stats
 
     def _humaneval(self, n: int | None) -> list[Item]:
         from qverify.suites.humaneval_source import humaneval_items

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from qverify.models import Item, Response, Sampling, Score
-from qverify.suites.base import Split, Suite, suites
+from qverify.suites.base import Split, Suite, canonical_split, suites
 from qverify.suites.coding import CodingSuite
 from qverify.suites.toolcall import generate_toolcall_items
 
@@ -37,8 +37,8 @@ class GreedySuite(Suite):
     default_n = 24
     pairwise = True
 
-    def items(self, split: Split = "held-out", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
-        n = n or self.default_n
+    def items(self, split: Split = "test", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
+        n, split = n or self.default_n, canonical_split(split)
         coding = CodingSuite().items(split, (n + 1) // 2, seed)
         tools = generate_toolcall_items("toolcall", split, n // 2, seed)
         return [Item.make(self.name, split, messages=i.messages, tools=i.tools, target={},

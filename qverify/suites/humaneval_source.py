@@ -6,7 +6,7 @@ either answer shape a model gives (see `coding.build_program`):
   - `prelude`: the prompt up to the entry point's `def` (imports, helper functions),
                prepended when the answer restates the whole function;
   - `tests`:   HumanEval's `check` function plus the call `check(entry_point)`.
-Real data is never trained on, so every item is in the held-out split.
+Real data is never trained on, so every item is in the test split.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def humaneval_items(n: int | None = None) -> list[Item]:
         out.append(
             Item.make(
                 SUITE,
-                "held-out",
+                "test",
                 messages=[{"role": "user", "content": ask}],
                 target={
                     "tests": f"{p['test']}\ncheck({entry})",

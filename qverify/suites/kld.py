@@ -14,7 +14,7 @@ import numpy as np
 
 from qverify.chatfmt import render_chat
 from qverify.models import Item, Response, Sampling, Score
-from qverify.suites.base import Split, Suite, split_rng, suites
+from qverify.suites.base import Split, Suite, canonical_split, split_rng, suites
 
 TOP_K = 5
 
@@ -75,11 +75,11 @@ class KLDSuite(Suite):
     default_n = 24
     pairwise = True
 
-    def items(self, split: Split = "held-out", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
+    def items(self, split: Split = "test", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
         from qverify.suites.toolcall import generate_toolcall_items, reference_message
         from qverify.suites.coding import CodingSuite
 
-        n = n or self.default_n
+        n, split = n or self.default_n, canonical_split(split)
         rng = split_rng(self.name, split, seed)
         coding = CodingSuite().items(split, n, seed + 7)
         tools = generate_toolcall_items("kld", split, n, seed + 7)

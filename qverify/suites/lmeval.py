@@ -222,7 +222,7 @@ class LmEvalSuite(Suite):
 
     # -- the Suite interface -------------------------------------------------------------
     def items(
-        self, split: Split = "held-out", n: int | None = None, seed: int = 0, source: str = "lm-eval"
+        self, split: Split = "test", n: int | None = None, seed: int = 0, source: str = "lm-eval"
     ) -> list[Item]:
         """The task's evaluation documents as Items with the ids `run` gives them. lm-eval
         tasks feed no training, so the train split is empty."""

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from qverify.models import Item, Response, Sampling, Score
 from qverify.suites import longctx_gen as gen
-from qverify.suites.base import Split, Suite, split_of, split_rng, suites
+from qverify.suites.base import Split, Suite, canonical_split, split_of, split_rng, suites
 
 DEFAULT_LENGTHS = (128, 256, 512, 1024)  # tokens; real models: e.g. 8192..131072
 TASKS = ("single", "multikey", "multivalue", "multiquery", "vartrack")
@@ -66,8 +66,8 @@ class LongContextSuite(Suite):
     def lengths(self) -> tuple[int, ...]:
         return tuple(self.options.get("lengths") or DEFAULT_LENGTHS)
 
-    def items(self, split: Split = "held-out", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
-        n = n or self.default_n
+    def items(self, split: Split = "test", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
+        n, split = n or self.default_n, canonical_split(split)
         rng = split_rng(self.name, split, seed)
         out, seen = [], set()
         while len(out) < n:

@@ -9,13 +9,14 @@ import jsonschema
 
 from qverify.models import Item, Response, Sampling, Score
 from qverify.suites import toolcall_gen as gen
-from qverify.suites.base import Split, Suite, split_of, split_rng, suites
+from qverify.suites.base import Split, Suite, canonical_split, split_of, split_rng, suites
 
 IRRELEVANT_P = 0.2
 PARALLEL_P = 0.2
 
 
 def generate_toolcall_items(suite: str, split: Split, n: int, seed: int) -> list[Item]:
+    split = canonical_split(split)
     rng = split_rng("toolcall", split, seed)
     names = sorted(gen.TOOLS)
     out, seen = [], set()
@@ -112,7 +113,7 @@ class ToolCallSuite(Suite):
     sources = ("synthetic", "bfcl")
     default_n = 60
 
-    def items(self, split: Split = "held-out", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
+    def items(self, split: Split = "test", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
         if source == "bfcl":
             from qverify.suites.bfcl_source import bfcl_items
 

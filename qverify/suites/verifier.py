@@ -45,7 +45,7 @@ class VerifierSuite(Suite):
     default_n = 60
     pairwise = True
 
-    def items(self, split: Split = "held-out", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
+    def items(self, split: Split = "test", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
         # same generator as toolcall, another seed: verifier items are fresh tool-call requests
         return generate_toolcall_items(self.name, split, n or self.default_n, seed + 1000)
 

@@ -24,7 +24,7 @@ def test_loads_offline_and_emits_a_parseable_tool_call(monkeypatch):
     lm = load_for_serving(EMBEDDED_MODEL, speculative=False)
     assert lm.model.config.model_type == "deepseek_v3"
     assert lm.model.config.kv_lora_rank == 512 and lm.model.config.qk_rope_head_dim == 64
-    item = next(i for i in generate_toolcall_items("toolcall", "held-out", 20, 0) if i.target["calls"])
+    item = next(i for i in generate_toolcall_items("toolcall", "test", 20, 0) if i.target["calls"])
     prompt = lm.tokenizer.apply_chat_template(item.messages, tools=item.tools, tokenize=False, add_generation_prompt=True)
     ids = lm.tokenizer(prompt, add_special_tokens=False)["input_ids"]
     out = Engine(lm.model, lm.tokenizer).generate([GenRequest(prompt_ids=ids, max_tokens=96)])[0]

@@ -134,7 +134,7 @@ def test_faults_are_retried_classified_and_never_scored(bf16_build, served, tmp_
     from qverify.evals import client as client_mod
     from qverify.suites.toolcall import generate_toolcall_items
 
-    victim = generate_toolcall_items("toolcall", "held-out", LIMIT, 0)[1].messages[0]["content"]
+    victim = generate_toolcall_items("toolcall", "test", LIMIT, 0)[1].messages[0]["content"]
     wd = Workdir.at(tmp_path / "wd")
     wd.builds.mkdir(parents=True)
     os.symlink(bf16_build.build_dir, wd.builds / bf16_build.manifest.build_id)

@@ -26,11 +26,11 @@ def _identity(item) -> str:
 @pytest.mark.parametrize("name", SYNTHETIC)
 def test_deterministic(name):
     suite = get_suite(name)
-    a = suite.items("held-out", 25, seed=3)
-    b = get_suite(name).items("held-out", 25, seed=3)
+    a = suite.items("test", 25, seed=3)
+    b = get_suite(name).items("test", 25, seed=3)
     assert [i.model_dump() for i in a] == [i.model_dump() for i in b]
     assert len({i.id for i in a}) == 25
-    other = suite.items("held-out", 25, seed=4)
+    other = suite.items("test", 25, seed=4)
     assert [i.id for i in a] != [i.id for i in other]  # the seed matters
 
 
@@ -38,8 +38,8 @@ def test_deterministic(name):
 def test_splits_disjoint(name):
     suite = get_suite(name)
     train = [i for seed in (0, 1) for i in suite.items("train", 150, seed=seed)]
-    held = [i for seed in (0, 1) for i in suite.items("held-out", 60, seed=seed)]
-    assert {i.split for i in train} == {"train"} and {i.split for i in held} == {"held-out"}
+    held = [i for seed in (0, 1) for i in suite.items("test", 60, seed=seed)]
+    assert {i.split for i in train} == {"train"} and {i.split for i in held} == {"test"}
     assert not {i.id for i in train} & {i.id for i in held}
     assert not {_identity(i) for i in train} & {_identity(i) for i in held}
 
@@ -48,7 +48,7 @@ def test_toolcall_generator_keys_disjoint():
     # toolcall assigns splits by the request text; the same request must never be in both
     suite = get_suite("toolcall")
     train = {i.messages[0]["content"] for i in suite.items("train", 400)}
-    held = {i.messages[0]["content"] for i in suite.items("held-out", 150)}
+    held = {i.messages[0]["content"] for i in suite.items("test", 150)}
     assert not train & held
 
 
@@ -56,7 +56,7 @@ def test_ids_stable_across_processes():
     # ids are content hashes; content must not depend on PYTHONHASHSEED (set iteration order)
     code = (
         "import json; from qverify.suites import get_suite; "
-        f"print(json.dumps({{n: [i.id for i in get_suite(n).items('held-out', 20)] for n in {SYNTHETIC!r}}}))"
+        f"print(json.dumps({{n: [i.id for i in get_suite(n).items('test', 20)] for n in {SYNTHETIC!r}}}))"
     )
     runs = []
     for hashseed in ("1", "2"):
@@ -64,7 +64,7 @@ def test_ids_stable_across_processes():
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         runs.append(json.loads(out.stdout))
     assert runs[0] == runs[1]
-    here = {n: [i.id for i in get_suite(n).items("held-out", 20)] for n in SYNTHETIC}
+    here = {n: [i.id for i in get_suite(n).items("test", 20)] for n in SYNTHETIC}
     assert runs[0] == here
 
 
@@ -73,7 +73,7 @@ def test_humaneval_items():
     assert len(items) == 164 and len({i.id for i in items}) == 164
     assert [i.id for i in humaneval_items(5)] == [i.id for i in items[:5]]
     first = items[0]
-    assert first.split == "held-out" and first.metadata["task_id"] == "HumanEval/0"
+    assert first.split == "test" and first.metadata["task_id"] == "HumanEval/0"
     assert first.target["prompt"] in first.messages[0]["content"]
     assert first.target["tests"].endswith("check(has_close_elements)")
     assert first.target["prelude"] == "from typing import List\n\n\n"
@@ -89,7 +89,7 @@ def test_bfcl_items():
     prefix = bfcl_items(14)
     assert [i.id for i in prefix] == [i.id for i in items[:14]]
     assert [i.metadata["kind"] for i in prefix[:7]] == ["irrelevant" if c == "irrelevance" else c for c in CATEGORIES]
-    assert {i.split for i in items} == {"held-out"}
+    assert {i.split for i in items} == {"test"}
     simple = prefix[0]
     assert simple.metadata["bfcl_id"] == "simple_python_0"
     assert simple.tools[0]["function"]["name"] == "calculate_triangle_area"

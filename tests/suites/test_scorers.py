@@ -28,7 +28,7 @@ def call(name: str, args) -> ToolCall:
 
 CODING_ITEM = Item.make(
     "coding",
-    "held-out",
+    "test",
     messages=[{"role": "user", "content": "Write `scale_value(x)` that returns x * 3."}],
     target={"tests": "assert scale_value(2) == 6\nassert scale_value(-1) == -3", "entry_point": "scale_value"},
     metadata={"level": 1},
@@ -109,7 +109,7 @@ def test_pass_at_k():
 def _tc_item(calls, offered=("read_file", "git_log", "write_file"), kind="single") -> Item:
     return Item.make(
         "toolcall",
-        "held-out",
+        "test",
         messages=[{"role": "user", "content": "do it"}],
         tools=[TOOLS[t][0] for t in offered],
         target={"calls": calls, "no_tool_answer": "None of the available tools can do that."},
@@ -297,7 +297,7 @@ def test_bfcl_reference_calls_match_their_own_answers(bfcl):
 
 LC_ITEM = Item.make(
     "longctx",
-    "held-out",
+    "test",
     messages=[{"role": "user", "content": "... What are the values?"}],
     target={"answer": ["CACHE_SIZE = 4821", "POOL_LIMIT = 1937"]},
     metadata={"length": 256, "task": "multiquery"},
