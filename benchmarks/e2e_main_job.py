@@ -28,8 +28,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from qverify.config import QVerifyConfig
-    from qverify.evals.gate.gate import run_gate
-    from qverify.evals.pipeline import evaluate_build
+    from qverify.gate.gate import run_gate
+    from qverify.pipeline import evaluate_build
     from qverify.quantize.build import build
     from qverify.workdir import Workdir
 

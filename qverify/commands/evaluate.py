@@ -29,7 +29,7 @@ def eval_cmd(
     fresh: Annotated[bool, typer.Option(help="start suites whose stored results don't match over")] = False,
 ) -> None:
     """Run suites with replicates against a served build (one server launch per build)."""
-    from qverify.evals.pipeline import evaluate_build
+    from qverify.pipeline import evaluate_build
     from qverify.serve.profile import resolve_profile
 
     s = state(ctx)

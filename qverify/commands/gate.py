@@ -30,8 +30,8 @@ def gate_cmd(
     """Decide PASS / FAIL / INCONCLUSIVE against run-to-run noise."""
     from qverify.config import load_config
     from qverify.errors import BadInput
-    from qverify.evals.gate import exit_code, run_gate
-    from qverify.evals.gate.render import render
+    from qverify.gate import exit_code, run_gate
+    from qverify.gate.render import render
 
     s = state(ctx)
     if json_out:
@@ -46,7 +46,7 @@ def gate_cmd(
     elif baseline or candidate:
         raise BadInput("--baseline and --candidate go together", fix="pass both, or --recipe NAME, or neither (./qverify.toml)")
     else:  # --recipe NAME, or ./qverify.toml's candidates: build and evaluate what is missing
-        from qverify.evals.pipeline import ensure_runs, suites_for_recipes
+        from qverify.pipeline import ensure_runs, suites_for_recipes
 
         cands = [recipe] if recipe else list(cfg.candidates)
         names = names or suites_for_recipes(list(cfg.suites), cands)
@@ -61,12 +61,11 @@ def gate_cmd(
         s.out.info(f"wrote {s.workdir.gate_dir(report.gate_id) / 'gate.json'}")
     code = exit_code(report)
     if cfg.report and not no_report:
-        from qverify.commands.report import report_after_gate
-
         # A tracking failure never changes the verdict; it only turns a PASS's exit code into 3 (infrastructure),
         # so automation notices that the release review was not uploaded. The replay command is printed.
         from rich.console import Console
 
+        from qverify.commands.report import report_after_gate
         from qverify.output import Output
 
         # the report step talks on stderr only, so `--json` stdout stays one document (the GateReport)

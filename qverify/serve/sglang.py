@@ -34,7 +34,7 @@ from qverify.serve.endpoint import (
     summarize_info,
     with_meta_info,
 )
-from qverify.serve.profile import sglang_flags
+from qverify.serve.sglang_flags import sglang_flags
 
 __all__ = ["SGLangBackend", "drafter_algorithm", "kv_cache_dtype", "spec_meta", "with_meta_info"]
 

@@ -2,7 +2,7 @@
 
 Per item: finish reason, schema validity of calls, output hygiene. The trigger-F1
 against the baseline (K2VV's ToolCall-Trigger Similarity) needs both builds'
-responses, so it is computed at gate time from `tool_call_finish` (qverify.evals.gate).
+responses, so it is computed at gate time from `tool_call_finish` (qverify.gate).
 """
 
 from __future__ import annotations

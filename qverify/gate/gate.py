@@ -12,12 +12,12 @@ from pathlib import Path
 
 from qverify.config import MetricRule, QVerifyConfig
 from qverify.errors import ExitCode
-from qverify.evals.gate.assemble import suite_metrics
-from qverify.evals.gate.decide import ORDER, build_verdict, decide, measure
-from qverify.evals.gate.integrity import build_problems, pair_problems, run_problems
-from qverify.evals.gate.loader import RunData, load
-from qverify.evals.gate.metrics import check_rule_names
 from qverify.evals.store import atomic_write_text
+from qverify.gate.assemble import suite_metrics
+from qverify.gate.decide import ORDER, build_verdict, decide, measure
+from qverify.gate.integrity import build_problems, pair_problems, run_problems
+from qverify.gate.loader import RunData, load
+from qverify.gate.metrics import check_rule_names
 from qverify.models import BuildManifest, CandidateReport, GateReport, content_hash
 from qverify.workdir import Workdir
 

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from qverify.evals.gate import pairwise as pw
-from qverify.evals.gate import stats as st
-from qverify.evals.gate.metrics import MetricSpec
+from qverify.gate import pairwise as pw
+from qverify.gate import stats as st
+from qverify.gate.metrics import MetricSpec
 from qverify.models import MetricResult, Verdict
 
 MIN_ITEMS = 10  # below this a bootstrap over items says little; no verdict but INCONCLUSIVE

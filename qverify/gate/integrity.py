@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qverify.evals.gate.loader import RunData
+from qverify.gate.loader import RunData
 from qverify.models import BuildManifest
 
 # RunManifest fields that must agree between baseline and candidate runs of a suite
