@@ -25,8 +25,8 @@ import numpy as np
 
 from qverify.gate import pairwise as pw
 from qverify.gate import stats as st
-from qverify.gate.metrics import MetricSpec
 from qverify.models import MetricResult, Verdict
+from qverify.suites.metric_spec import MetricSpec
 
 MIN_ITEMS = 10  # below this a bootstrap over items says little; no verdict but INCONCLUSIVE
 DISTANCES = ("kld", "match")  # statistics that compare each run with the baseline's runs: equivalence-tested

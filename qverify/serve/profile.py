@@ -45,7 +45,10 @@ class EndpointFlags(_Flags):
     """An attached endpoint launches nothing, so it takes no flags."""
 
 
-FLAGS_MODELS: dict[str, type[BaseModel]] = {"local": LocalFlags, "sglang": SGLangFlags, "endpoint": EndpointFlags}
+# each backend's flags model, by backend name (also what answers an unknown --backend with "did you mean")
+FLAGS_MODELS: Registry[type[BaseModel]] = Registry("serving backend")
+for _name, _model in (("local", LocalFlags), ("sglang", SGLangFlags), ("endpoint", EndpointFlags)):
+    FLAGS_MODELS.add(_name, _model)
 
 
 def builtin_profiles() -> Registry[Path]:
@@ -92,7 +95,7 @@ def parse_profile(text: str, source: str = "<profile>", default_name: str = "cus
     raw.setdefault("name", default_name)
     try:
         profile = ServingProfile.model_validate(raw)
-        flags = FLAGS_MODELS[profile.backend].model_validate(profile.flags)
+        flags = FLAGS_MODELS.get(profile.backend).model_validate(profile.flags)
     except ValidationError as e:
         raise BadInput(f"{source}: {_first_error(e, raw)}", fix="see docs/serve.md, 'Profiles'") from None
     _check_prefix(profile.command_prefix, source)
@@ -128,11 +131,8 @@ def _check_prefix(prefix: str | None, source: str) -> None:
 def resolve_profile(backend: str | None = None, profile: str | None = None, endpoint: str | None = None,
                     api_key_env: str | None = None) -> ServingProfile:
     """The profile a command runs with: --profile, else the backend's default, with --endpoint/--api-key-env applied."""
-    if backend is not None and backend not in FLAGS_MODELS:
-        reg: Registry[str] = Registry("serving backend")
-        for name in FLAGS_MODELS:
-            reg.add(name, name)
-        reg.get(backend)  # raises "did you mean"
+    if backend is not None:
+        FLAGS_MODELS.get(backend)  # an unknown backend raises "did you mean"
     if profile:
         prof = load_profile(profile)
         if backend and backend != prof.backend:

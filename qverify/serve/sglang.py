@@ -26,7 +26,7 @@ from typing import Any
 from qverify.errors import BadInput
 from qverify.models import Endpoint
 from qverify.serve.base import LaunchedServer, ServerBackend, backends, check_port_free, free_port
-from qverify.serve.endpoint import (
+from qverify.serve.openai_http import (
     auth_headers,
     fetch_server_info,
     read_api_key,
