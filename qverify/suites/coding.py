@@ -8,6 +8,7 @@ from typing import ClassVar
 from qverify.models import Item, Response, Sampling, Score
 from qverify.suites import coding_check, coding_gen
 from qverify.suites.base import Split, Suite, canonical_split, split_of, split_rng, suites
+from qverify.suites.metric_spec import MetricSpec
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.DOTALL)
 
@@ -57,6 +58,10 @@ class CodingSuite(Suite):
     version = "2"
     description = "Write a small Python function from a spec; scored by executing hidden tests in a sandbox."
     primary_metric = "pass@1"
+    gate_metrics = (
+        MetricSpec("coding/pass@1", "coding", "pass@1", doc="functional correctness, 1 sample"),
+        MetricSpec("coding/pass@1/level*", "coding", "pass@1/level*", gated=False, doc="per difficulty level"),
+    )
     sampling: ClassVar[Sampling] = Sampling(temperature=0.6, top_p=0.95, max_tokens=160)  # loops run to ~120 tokens
     sources = ("synthetic", "humaneval")
     default_n = 60

@@ -10,6 +10,7 @@ import jsonschema
 from qverify.models import Item, Response, Sampling, Score
 from qverify.suites import toolcall_gen as gen
 from qverify.suites.base import Split, Suite, canonical_split, split_of, split_rng, suites
+from qverify.suites.metric_spec import MetricSpec
 
 IRRELEVANT_P = 0.2
 PARALLEL_P = 0.2
@@ -109,6 +110,12 @@ class ToolCallSuite(Suite):
     version = "1"
     description = "Pick the right coding-agent tool with exact arguments, abstain when no tool fits, parallel calls."
     primary_metric = "exact_call"
+    gate_metrics = (
+        MetricSpec("toolcall/exact_call", "toolcall", "exact_call", doc="right tool(s) with exact arguments"),
+        MetricSpec("toolcall/trigger", "toolcall", "trigger", doc="called a tool iff one was expected"),
+        MetricSpec("toolcall/schema_valid", "toolcall", "schema_valid", gated=False),
+        MetricSpec("toolcall/exact_call/*", "toolcall", "exact_call/*", gated=False, doc="per call kind"),
+    )
     sampling: ClassVar[Sampling] = Sampling(temperature=0.6, top_p=0.95, max_tokens=96)
     sources = ("synthetic", "bfcl")
     default_n = 60
