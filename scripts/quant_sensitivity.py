@@ -1,18 +1,26 @@
 #!/usr/bin/env python
-"""Quantization-sensitivity table of the embedded model: every evaluated build's scores and gate verdict.
+"""Quantization sensitivity of the embedded model: every built-in recipe's scores and gate verdict.
 
-    python scripts/quant_sensitivity.py --workdir .qverify [--write-card]
+    python scripts/quant_sensitivity.py --workdir .qverify --run --limit 30 --replicates 2 --write-card
+    python scripts/quant_sensitivity.py --workdir .qverify            # table from runs already there
 
-Reads `<workdir>/builds/*/build.json` and their runs, prints a markdown table (primary metric per
-suite: mean over replicates and the replicate range; longctx per length bucket), gates every
-non-bf16 build against the bf16 one, and with --write-card replaces the model card's
-"Quantization sensitivity" section with the table.
+--run builds every built-in recipe (`qverify build`) and evaluates it on the test split at each
+suite's gating sampling (`qverify eval`): coding, toolcall, longctx and kld for recipes that
+change the target, greedy for recipes that change the drafter (the drafter must not change
+outputs). Builds and runs already in the workdir are reused (eval resumes).
+
+The table: per recipe, the primary metric of each suite as the mean over replicates and
+its range, the replicates x items behind it, KL to bf16, and `qverify gate` against bf16.
+--write-card stores the table in the model card's asset folder (quant_sensitivity.json)
+and re-renders the card's "Scores" and "Quantization sensitivity" sections from it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,66 +29,123 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CARD = ROOT / "qverify/assets/qverify-tiny/README.md"
+ASSET = ROOT / "qverify/assets/qverify-tiny"
+TARGET_SUITES = ["coding", "toolcall", "longctx", "kld"]
 COLUMNS = [("coding", "pass@1"), ("toolcall", "exact_call"), ("toolcall", "trigger"), ("longctx", "accuracy"),
            ("longctx", "accuracy@128"), ("longctx", "accuracy@512"), ("longctx", "accuracy@1024"),
-           ("verifier", "schema_accuracy")]
+           ("greedy", "match")]
 
 
-def cell(run, key: str) -> str:
+def suites_for(recipe) -> list[str]:
+    """What a recipe can change: a drafter-only recipe changes no output, only speed (greedy checks it)."""
+    changes_target = recipe.target is not None or recipe.corrupt is not None or recipe.name == "bf16"
+    out = list(TARGET_SUITES) if changes_target else []
+    if recipe.drafter is not None or recipe.name == "bf16":
+        out.append("greedy")
+    return out
+
+
+def qverify(workdir: Path, *args: str) -> None:
+    cmd = [sys.executable, "-m", "qverify", "--workdir", str(workdir), *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    print("$", " ".join(cmd[2:]), flush=True)
+    subprocess.run(cmd, check=False, env=env)  # a FAIL-worthy build still gets its table row
+
+
+def build_ids(workdir: Path) -> dict[str, str]:
+    """recipe -> newest build id."""
+    out: dict[str, tuple[float, str]] = {}
+    for bj in (workdir / "builds").glob("*/build.json"):
+        m = json.loads(bj.read_text())
+        if m["recipe"] not in out or bj.stat().st_mtime > out[m["recipe"]][0]:
+            out[m["recipe"]] = (bj.stat().st_mtime, m["build_id"])
+    return {r: b for r, (_t, b) in out.items()}
+
+
+def run_all(workdir: Path, recipes, limit: int, replicates: int, base_replicates: int) -> None:
+    for r in recipes:
+        if r.recipe.name not in build_ids(workdir):
+            qverify(workdir, "build", "--recipe", r.recipe.name)
+        build = build_ids(workdir).get(r.recipe.name)
+        if build is None:
+            print(f"build of {r.recipe.name} failed; no row", flush=True)
+            continue
+        reps = base_replicates if r.recipe.name == "bf16" else replicates
+        qverify(workdir, "eval", build, "--suites", ",".join(suites_for(r.recipe)), "--replicates", str(reps),
+                "--limit", str(limit))
+
+
+def cell(run, key: str) -> dict | None:
     m = run.scores.get(key) if run.exists else None
     if m is None or np.isnan(m).all():
-        return "–"
+        return None
     reps = [float(np.nanmean(c)) for c in m.T if not np.isnan(c).all()]
-    if len(reps) == 1:
-        return f"{reps[0]:.3f}"
-    return f"{np.mean(reps):.3f} ({min(reps):.2f}–{max(reps):.2f})"
+    return {"mean": round(float(np.mean(reps)), 3), "min": round(min(reps), 3), "max": round(max(reps), 3),
+            "replicates": len(reps), "items": int((~np.isnan(m)).any(axis=1).sum())}
+
+
+def measure(workdir: Path, recipes) -> dict:
+    from qverify.gate.gate import run_gate
+    from qverify.gate.loader import load
+    from qverify.workdir import Workdir
+
+    wd = Workdir.at(workdir)
+    ids = build_ids(workdir)
+    base = ids.get("bf16")
+    rows = []
+    for r in recipes:
+        name = r.recipe.name
+        if name not in ids:
+            continue
+        b = ids[name]
+        suites = [s for s in suites_for(r.recipe) if (wd.runs / b / s).exists()]
+        runs = {s: load(wd.runs, b, s) for s in {s for s, _ in COLUMNS} | set(suites)}
+        if not any(x.exists for x in runs.values()):
+            continue
+        row = {"recipe": name, "control": r.recipe.control, "cells": {f"{s}/{k}": cell(runs[s], k) for s, k in COLUMNS},
+               "kl": None, "verdict": "baseline", "failed": []}
+        if name != "bf16" and base:
+            gs = [s for s in suites if (wd.runs / base / s).exists()]
+            c = run_gate(wd, base, [b], suites=gs, write=False, n_boot=1000).candidates[0]
+            row["verdict"] = c.verdict
+            row["failed"] = [m.metric for m in c.metrics if m.verdict == "FAIL" and m.gated]
+            row["kl"] = next((round(m.candidate_mean, 4) for m in c.metrics if m.metric == "kld/kld"), None)
+        rows.append(row)
+    return {"split": "test", "rows": rows}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", type=Path, default=Path(".qverify"))
+    ap.add_argument("--run", action="store_true", help="build and evaluate every recipe first")
+    ap.add_argument("--recipes", default=None, help="comma-separated subset (default: every built-in recipe)")
+    ap.add_argument("--limit", type=int, default=60, help="test items per suite")
+    ap.add_argument("--replicates", type=int, default=3)
+    ap.add_argument("--base-replicates", type=int, default=None, help="bf16's replicates (default: --replicates)")
     ap.add_argument("--write-card", action="store_true")
     args = ap.parse_args()
-    from qverify.gate.gate import run_gate
-    from qverify.gate.loader import load
-    from qverify.workdir import Workdir
+    from qverify.quantize.recipe import list_recipes
 
-    wd = Workdir.at(args.workdir)
-    builds = {}
-    for bj in sorted(wd.builds.glob("*/build.json")):
-        m = json.loads(bj.read_text())
-        builds[m["build_id"]] = m["recipe"]
-    base = next((b for b, r in builds.items() if r == "bf16"), None)
-    order = sorted(builds, key=lambda b: (builds[b] != "bf16", builds[b]))
-    head = ["recipe", "reps"] + [f"{s} {k}" for s, k in COLUMNS] + ["KL vs bf16 (nats)", "gate vs bf16"]
-    rows = []
-    for b in order:
-        runs = {s: load(wd.runs, b, s) for s in {s for s, _ in COLUMNS}}
-        if not any(r.exists for r in runs.values()):
-            continue
-        reps = max(len(r.replicates) for r in runs.values())
-        verdict, kl = "baseline", "–"
-        if b != base and base:
-            suites = [s for s in ("coding", "toolcall", "longctx", "verifier", "kld", "greedy")
-                      if (wd.runs / b / s).exists() and (wd.runs / base / s).exists()]
-            rep = run_gate(wd, base, [b], suites=suites, write=False, n_boot=1000)
-            c = rep.candidates[0]
-            failed = [m.metric for m in c.metrics if m.verdict == "FAIL" and m.gated]
-            verdict = c.verdict + (f" ({', '.join(failed[:3])}{', …' if len(failed) > 3 else ''})" if failed else "")
-            kl = next((f"{m.candidate_mean:.4f}" for m in c.metrics if m.metric == "kld/kld"), "–")
-        rows.append([builds[b], str(reps)] + [cell(runs[s], k) for s, k in COLUMNS] + [kl, verdict])
-    table = "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows])
-    print(table)
+    recipes = [r for r in list_recipes() if r.builtin]
+    recipes.sort(key=lambda r: (r.recipe.name != "bf16", r.recipe.name))
+    if args.recipes:
+        wanted = {"bf16", *args.recipes.split(",")}
+        recipes = [r for r in recipes if r.recipe.name in wanted]
+    if args.run:
+        run_all(args.workdir, recipes, args.limit, args.replicates, args.base_replicates or args.replicates)
+    from qverify.reference.model_card import sensitivity_table
+
+    data = measure(args.workdir, recipes)
+    data["note"] = (f"`qverify eval` on the test split at each suite's gating sampling, by `scripts/quant_sensitivity.py`; "
+                    "each cell: mean over replicates (range over replicates) [replicates × items]; gate: `qverify gate` "
+                    "against bf16 at the default tolerances.")
+    print(sensitivity_table(data))
     if args.write_card:
-        text = CARD.read_text()
-        start = text.index("## Quantization sensitivity")
-        end = text.find("\n## ", start + 3)
-        section = ("## Quantization sensitivity\n"
-                   f"Measured with `qverify eval` (held-out items, each suite's gating sampling, replicates as shown; mean "
-                   f"and range over replicates) and `qverify gate` against bf16, by `scripts/quant_sensitivity.py`:\n\n{table}\n")
-        CARD.write_text(text[:start] + section + (text[end:] if end >= 0 else ""))
-        print(f"wrote {CARD}")
+        from qverify.reference.model_card import render_card
+
+        (ASSET / "quant_sensitivity.json").write_text(json.dumps(data, indent=1))
+        render_card(ASSET)
+        print(f"wrote {ASSET / 'quant_sensitivity.json'} and {ASSET / 'README.md'}")
     return 0
 
 

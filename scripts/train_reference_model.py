@@ -21,6 +21,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+def warm_start_record(init_from: Path | None) -> dict | None:
+    """What the warm start had been trained on (its training.json, without its own warm start's)."""
+    if not init_from or not (init_from / "training.json").exists():
+        return None
+    t = json.loads((init_from / "training.json").read_text())
+    return {"tokens": t["target"]["tokens"], "minutes": t["target"]["minutes"], "curve": t["target"]["curve"],
+            "drafter_tokens": t["drafter"]["tokens"], "config": t["target"]["config"]}
+
+
 def stop_time(hhmm: str) -> float:
     """Epoch seconds of the next UTC HH:MM."""
     import datetime as dt
@@ -113,7 +122,8 @@ def main() -> None:
     print("acceptance:", json.dumps(accept), flush=True)
 
     model_card.write(args.out, target, draft, tok, state, dstate, final, accept, cfg, dcfg, device,
-                     wall_s=time.time() - t0, threads=args.threads)
+                     wall_s=time.time() - t0, threads=args.threads, warm_start=warm_start_record(args.init_from),
+                     test_n=args.eval_n)
     print(f"wrote {args.out}")
 
 

@@ -1,4 +1,10 @@
-"""Write the trained target + drafter and the model card (README.md) under qverify/assets/."""
+"""Write the trained target + drafter and the model card (README.md) under qverify/assets/.
+
+The card is rendered from two measured files in the asset folder, so it can always be
+regenerated: training.json (training, learning curve, greedy test scores, acceptance per
+suite; written by scripts/train_reference_model.py) and quant_sensitivity.json (scores at
+the gating sampling and every built-in recipe's; written by scripts/quant_sensitivity.py).
+"""
 
 from __future__ import annotations
 
@@ -20,38 +26,112 @@ def _save(model, tok, path: Path) -> None:
     model.to(torch.float32)
 
 
-def write(out: Path, target, draft, tok, state, dstate, final, accept, cfg, dcfg, device, wall_s, threads) -> None:
+def write(out: Path, target, draft, tok, state, dstate, final, accept, cfg, dcfg, device, wall_s, threads,
+          warm_start: dict | None = None, test_n: int = 60) -> None:
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     _save(target, tok, tmp)
     _save(draft, tok, tmp / "drafter")
-    pc, dpc = param_counts(target), param_counts(draft)
     training = {"target": {"config": config_dict(cfg), "tokens": state["seen"], "minutes": round(state["wall"] / 60, 1),
-                           "curve": state["curve"]},
+                           "curve": state["curve"], "stopped_early": state.get("stopped_early", False)},
                 "drafter": {"config": config_dict(dcfg), "tokens": dstate["seen"], "minutes": round(dstate["wall"] / 60, 1)},
                 "device": device, "threads": threads, "machine": platform.processor() or platform.machine(),
-                "test": final, "acceptance": accept, "params": pc, "drafter_params": dpc,
-                "total_wall_minutes": round(wall_s / 60, 1)}
+                "test": final, "acceptance": accept, "params": param_counts(target), "drafter_params": param_counts(draft),
+                "total_wall_minutes": round(wall_s / 60, 1), "warm_start": warm_start, "test_n": test_n,
+                "data": data_stats()}
     (tmp / "training.json").write_text(json.dumps(training, indent=2))
-    (tmp / "README.md").write_text(card(training))
+    if (out / "quant_sensitivity.json").exists():  # the previous model's: rendered as stale until remeasured
+        shutil.copy(out / "quant_sensitivity.json", tmp / "quant_sensitivity.json")
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
+    render_card(out)
 
 
-def card(t: dict) -> str:
-    curve = "\n".join(
-        f"| {c['tokens'] / 1e6:.1f}M | {c['minutes']} | {c.get('coding/pass@1', '')} | {c.get('toolcall/exact_call', '')} | {c.get('longctx/accuracy', '')} |"
-        for c in t["target"]["curve"])
+def data_stats(n: int = 60) -> dict:
+    """How the coding splits were made: candidates drawn, dropped as another split's or as a
+    behaviour already in the split, and the leak check of validation/test against train."""
+    from qverify.suites import coding_check
+    from qverify.suites.coding import CodingSuite
+
+    suite = CodingSuite()
+    stats = {s: suite.generate(s, n, 0)[1] for s in ("validation", "test")}
+    train = suite.items("train", 300, 0)
+    stats["leaks_vs_train_300"] = {s: len(coding_check.leaks(train, suite.items(s, n, 0))) for s in ("validation", "test")}
+    return stats
+
+
+def render_card(asset: Path) -> None:
+    t = json.loads((asset / "training.json").read_text())
+    qs_path = asset / "quant_sensitivity.json"
+    qs = json.loads(qs_path.read_text()) if qs_path.exists() else None
+    (asset / "README.md").write_text(card(t, qs))
+
+
+def _curve(t: dict) -> str:
+    rows = [f"| {c['tokens'] / 1e6:.2f}M | {c['minutes']} | {c.get('coding/pass@1', '–')} | {c.get('toolcall/exact_call', '–')} "
+            f"| {c.get('longctx/accuracy', '–')} |" for c in t["target"]["curve"]]
+    end = t["test"]
+    rows.append(f"| {t['target']['tokens'] / 1e6:.2f}M (end; **test** split, {t.get('test_n', 60)} items) | {t['target']['minutes']} "
+                f"| {end.get('coding/pass@1')} | {end.get('toolcall/exact_call')} | {end.get('longctx/accuracy')} |")
+    return "\n".join(rows)
+
+
+def _sampled_scores(qs: dict | None) -> str:
+    if not qs:
+        return "Not measured yet: run `scripts/quant_sensitivity.py --run --write-card`."
+    base = next((r for r in qs["rows"] if r["recipe"] == "bf16"), None)
+    if base is None:
+        return "No bf16 run in the last `scripts/quant_sensitivity.py` measurement."
+    lines = ["| metric | mean over replicates | replicate range | replicates × items |", "|---|---|---|---|"]
+    for k, c in base["cells"].items():
+        if c:
+            lines.append(f"| {k} | {c['mean']:.3f} | {c['min']:.2f}–{c['max']:.2f} | {c['replicates']} × {c['items']} |")
+    return "\n".join(lines)
+
+
+def _fmt(c: dict | None) -> str:
+    if c is None:
+        return "–"
+    if c["replicates"] == 1:
+        return f"{c['mean']:.3f} [1×{c['items']}]"
+    return f"{c['mean']:.3f} ({c['min']:.2f}–{c['max']:.2f}) [{c['replicates']}×{c['items']}]"
+
+
+def sensitivity_table(qs: dict | None) -> str:
+    """Every measured recipe: mean (replicate range) [replicates × items] per metric, KL, gate verdict."""
+    if not qs or not qs.get("rows"):
+        return "Not measured yet: run `scripts/quant_sensitivity.py --run --write-card`."
+    head = ["recipe", *qs["rows"][0]["cells"], "KL vs bf16 (nats)", "gate vs bf16"]
+    lines = [qs.get("note", ""), "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in qs["rows"]:
+        failed = row["failed"]
+        verdict = row["verdict"] + (f" ({', '.join(failed[:3])}{', …' if len(failed) > 3 else ''})" if failed else "")
+        kl = "–" if row["kl"] is None else f"{row['kl']:.4f}"
+        name = row["recipe"] + (" (control)" if row["control"] else "")
+        lines.append("| " + " | ".join([name, *(_fmt(c) for c in row["cells"].values()), kl, verdict]) + " |")
+    return "\n".join(lines).lstrip("\n")
+
+
+def card(t: dict, qs: dict | None = None) -> str:
+    ws = t.get("warm_start")
+    init = (f"warm-started from the previous qverify-tiny ({ws['tokens'] / 1e6:.1f}M tokens, {ws['minutes']} min, "
+            "trained on the first coding generator), then " if ws else "trained from scratch, then ")
     held = "\n".join(f"| {k} | {v} |" for k, v in sorted(t["test"].items()))
     accept = "\n".join(f"| {s} | {a['accept_length']} | {a['greedy_identical'] * 100:.0f}% | {a['items']} |"
                        for s, a in t["acceptance"].items())
+    d = t.get("data") or {}
+    dedupe = "\n".join(
+        f"| {s} | {st['drawn']} | {st['other_split']} | {st['duplicate_behaviour']} | {d.get('leaks_vs_train_300', {}).get(s, '–')} |"
+        for s, st in d.items() if s in ("validation", "test"))
+    c = t["target"]["config"]
     return f"""# qverify-tiny
 
 The embedded reference model of qverify: a transformers `DeepseekV3ForCausalLM` (the DeepSeek-V3 /
-Kimi K2 architecture) trained from scratch on CPU by `scripts/train_reference_model.py` on the
-suites' **train** split. It exists so that `qverify build` + `qverify gate` give real scores that
-quantization can move, with no model hub.
+Kimi K2 architecture) trained on CPU by `scripts/train_reference_model.py` on the suites' **train**
+split. It exists so that `qverify build` + `qverify gate` give real scores that quantization can
+move, with no model hub. Every table below is measured; `training.json` and `quant_sensitivity.json`
+hold the numbers, and `qverify.reference.model_card.render_card` renders this file from them.
 
 ## Architecture
 - MLA attention with kv_lora_rank 512 and qk_rope_head_dim 64: 576 KV values per token per layer, as in DeepSeek-V3.
@@ -60,39 +140,64 @@ quantization can move, with no model hub.
 - Parameters: {t['params']['total']:,} total, {t['params']['active']:,} active per token.
 - Drafter (`drafter/`): 2 dense layers, hidden 96, {t['drafter_params']['total']:,} parameters, same tokenizer.
 
-## Training
-- Target: {t['target']['tokens'] / 1e6:.1f}M tokens in {t['target']['minutes']} min on {t['device']} ({t['threads']} threads).
-  AdamW fp32, LR {t['target']['config']['lr']:g} cosine, batches of ≤ {t['target']['config']['batch_tokens']} tokens, loss = mean over
-  all tokens + mean over answer tokens. Curriculum (`qverify/reference/data.py`): an **induction warm-up** on
-  uniformly random token ids repeated once (first 20%: an induction head forms after ~750 steps), then
-  induction + chat-wrapped copy (to 24%), then coding 30% / toolcall 28% / longctx 30% / induction 8% / copy 4%,
-  long-context length ramped 128 → 1024 tokens.
-- Why: every suite needs copying from the prompt. A first run (12M tokens, LR 3e-3, batches of 64, a copy
-  warm-up over a ~100-word pool) learned the formats but never to copy: held-out coding 0%, toolcall exact 1.7%,
-  longctx 0%. Probes showed that random-token induction at LR 3e-3 or 6e-3 stays at chance for 1000 steps, while
-  at 1e-3 it forms at ~1000 steps (and a fixed copy length is "solved" by a fixed-offset head that does not
-  transfer).
-- Drafter: distilled on the target's own greedy outputs for train prompts, {t['drafter']['tokens'] / 1e6:.1f}M tokens in {t['drafter']['minutes']} min.
-- Whole script: {t['total_wall_minutes']} min wall. Config and curve: `training.json`.
+## Splits: train, validation, test
+Every synthetic suite hashes an item's identity key into **test** (10% of the key space), **validation**
+(10%) or **train** (80%, the same train share as the first model's). Training reads train only; the
+learning curve and any tuning of the recipe read validation; the scores below and `qverify eval`'s
+default are test, which nothing in training looked at. Coding's key is the program's **behaviour**
+(outputs on fixed probe inputs), so an item that behaves like a training item cannot be in test,
+whatever its names or wording; within a split, a candidate that behaves like an earlier one is dropped
+as a near-duplicate. `coding_check.leaks` re-checks both the normalized program (AST, names
+canonicalised) and the signature:
 
-### Learning curve (greedy, held-out, {t['target']['config']['eval_n']} items per suite)
+| split (60 items, seed 0) | candidates drawn | in another split | near-duplicates dropped | leaks vs 300 train items |
+|---|---|---|---|---|
+{dedupe}
+
+Coding items (`qverify/suites/coding_gen.py`) are specs in words that must be composed: "the sum of the
+squares of the elements of xs that are odd", "the length of the longest run of equal adjacent characters in
+s", "the index of the first element of xs greater than the mean of the elements before it"; four levels
+(one step; reducer + map + filter; the same over even/odd positions, running values and adjacent
+comparisons; stateful scans), and hidden tests that include, for every program one choice away, an input
+on which it differs.
+
+## Training
+- Target: {init}{t['target']['tokens'] / 1e6:.2f}M tokens in {t['target']['minutes']} min on {t['device']} ({t['threads']} thread(s)),
+  AdamW fp32, LR {c['lr']:g} cosine to {c['min_lr_frac']:g}×, batches of ≤ {c['batch_tokens']} tokens, loss = mean over all
+  tokens + mean over answer tokens. Mix after the warm start (`data.WARM_START_MIX`): coding 50% / toolcall 20% /
+  longctx 22% (128–1024 tokens) / copy 4% / induction 4%.
+- The first model's curriculum (from scratch): an induction warm-up on random token ids repeated once, then
+  chat-wrapped copy, then the task mix with long context ramped 128 → 1024. Why: every suite needs copying
+  from the prompt, and a first run without it never learned to copy (coding 0%, toolcall 1.7%, longctx 0%).
+- Drafter: warm-started likewise and distilled on the target's own greedy outputs for train prompts,
+  {t['drafter']['tokens'] / 1e6:.2f}M tokens in {t['drafter']['minutes']} min.
+- Whole script: {t['total_wall_minutes']} min wall on a shared machine. Config and curve: `training.json`.
+
+### Learning curve (greedy; validation, {c['eval_n']} items per suite, unless marked)
 | tokens | minutes | coding pass@1 | toolcall exact | longctx acc |
 |---|---|---|---|---|
-{curve}
+{_curve(t)}
 
-## Held-out scores (greedy, bf16 weights, the suites' own scorers)
+## Scores on the test split
+At each suite's gating sampling (T 0.6, top-p 0.95), served by the embedded server with `qverify eval`
+on the bf16 build (from `scripts/quant_sensitivity.py`):
+
+{_sampled_scores(qs)}
+
+Greedy, bf16 weights, straight on the model (`qverify.reference.evaluate`, {t.get('test_n', 60)} test items per suite):
+
 | metric | score |
 |---|---|
 {held}
 
 ## Speculative decoding
-Acceptance under transformers assisted greedy decoding on test items, per suite (target tokens per target
-forward pass; share of items whose assisted output is identical to plain greedy):
+Transformers assisted greedy decoding with the drafter, on test items of each suite: target tokens per
+target forward pass, and the share of items whose assisted output is identical to plain greedy:
 
 | suite | accept length | greedy-identical | items |
 |---|---|---|---|
 {accept}
 
 ## Quantization sensitivity
-Filled in by `scripts/quant_sensitivity.py --write-card` from `qverify eval` runs of each built-in recipe.
+{sensitivity_table(qs)}
 """
