@@ -62,10 +62,10 @@ def build_ids(workdir: Path) -> dict[str, str]:
     return {r: b for r, (_t, b) in out.items()}
 
 
-def run_all(workdir: Path, recipes, limit: int, replicates: int, base_replicates: int) -> None:
+def run_all(workdir: Path, recipes, limit: int, replicates: int, base_replicates: int, calib: list[str]) -> None:
     for r in recipes:
         if r.recipe.name not in build_ids(workdir):
-            qverify(workdir, "build", "--recipe", r.recipe.name)
+            qverify(workdir, "build", "--recipe", r.recipe.name, *calib)
         build = build_ids(workdir).get(r.recipe.name)
         if build is None:
             print(f"build of {r.recipe.name} failed; no row", flush=True)
@@ -122,23 +122,27 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=60, help="test items per suite")
     ap.add_argument("--replicates", type=int, default=3)
     ap.add_argument("--base-replicates", type=int, default=None, help="bf16's replicates (default: --replicates)")
+    ap.add_argument("--calib-samples", type=int, default=None, help="calibration samples per build (default: the recipe's)")
     ap.add_argument("--write-card", action="store_true")
     args = ap.parse_args()
     from qverify.quantize.recipe import list_recipes
 
     recipes = [r for r in list_recipes() if r.builtin]
     recipes.sort(key=lambda r: (r.recipe.name != "bf16", r.recipe.name))
-    if args.recipes:
-        wanted = {"bf16", *args.recipes.split(",")}
-        recipes = [r for r in recipes if r.recipe.name in wanted]
+    if args.recipes:  # in the order given (the most telling first when time is short), bf16 first
+        order = ["bf16", *[x for x in args.recipes.split(",") if x != "bf16"]]
+        by_name = {r.recipe.name: r for r in recipes}
+        recipes = [by_name[x] for x in order if x in by_name]
     if args.run:
-        run_all(args.workdir, recipes, args.limit, args.replicates, args.base_replicates or args.replicates)
+        calib = ["--calib-samples", str(args.calib_samples)] if args.calib_samples else []
+        run_all(args.workdir, recipes, args.limit, args.replicates, args.base_replicates or args.replicates, calib)
     from qverify.reference.model_card import sensitivity_table
 
     data = measure(args.workdir, recipes)
     data["note"] = (f"`qverify eval` on the test split at each suite's gating sampling, by `scripts/quant_sensitivity.py`; "
                     "each cell: mean over replicates (range over replicates) [replicates × items]; gate: `qverify gate` "
-                    "against bf16 at the default tolerances.")
+                    "against bf16 at the default tolerances."
+                    + (f" Builds calibrated on {args.calib_samples} samples." if args.calib_samples else ""))
     print(sensitivity_table(data))
     if args.write_card:
         from qverify.reference.model_card import render_card
