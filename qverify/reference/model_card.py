@@ -125,6 +125,7 @@ def card(t: dict, qs: dict | None = None) -> str:
         f"| {s} | {st['drawn']} | {st['other_split']} | {st['duplicate_behaviour']} | {d.get('leaks_vs_train_300', {}).get(s, '–')} |"
         for s, st in d.items() if s in ("validation", "test"))
     c = t["target"]["config"]
+    notes = "".join(f"\n- {n}" for n in t.get("notes", []))
     return f"""# qverify-tiny
 
 The embedded reference model of qverify: a transformers `DeepseekV3ForCausalLM` (the DeepSeek-V3 /
@@ -171,7 +172,7 @@ on which it differs.
   from the prompt, and a first run without it never learned to copy (coding 0%, toolcall 1.7%, longctx 0%).
 - Drafter: warm-started likewise and distilled on the target's own greedy outputs for train prompts,
   {t['drafter']['tokens'] / 1e6:.2f}M tokens in {t['drafter']['minutes']} min.
-- Whole script: {t['total_wall_minutes']} min wall on a shared machine. Config and curve: `training.json`.
+- Whole script: {t['total_wall_minutes']} min wall on a shared machine. Config and curve: `training.json`.{notes}
 
 ### Learning curve (greedy; validation, {c['eval_n']} items per suite, unless marked)
 | tokens | minutes | coding pass@1 | toolcall exact | longctx acc |
