@@ -110,6 +110,11 @@ def measure(workdir: Path, recipes) -> dict:
             row["verdict"] = c.verdict
             row["failed"] = [m.metric for m in c.metrics if m.verdict == "FAIL" and m.gated]
             row["kl"] = next((round(m.candidate_mean, 4) for m in c.metrics if m.metric == "kld/kld"), None)
+            for m in c.metrics:  # greedy/match exists only against the baseline (computed at gate time)
+                if m.metric == "greedy/match" and "greedy" in runs and runs["greedy"].exists:
+                    v = round(m.candidate_mean, 3)
+                    row["cells"]["greedy/match"] = {"mean": v, "min": v, "max": v, "items": m.n_items,
+                                                    "replicates": len(runs["greedy"].replicates)}
         rows.append(row)
     return {"split": "test", "rows": rows}
 
