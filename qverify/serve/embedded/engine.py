@@ -66,6 +66,7 @@ class _Prompt:
     last_logits: torch.Tensor | None = None
     logp: torch.Tensor | None = None  # [P, V] log-softmax at every position, when echo was asked for
     users: int = 0
+    serial: int = 0  # admission order: a stable order for the prompts' table (mla.PromptPlan)
 
 
 @dataclass
@@ -101,6 +102,7 @@ class Engine:
         self.waiting: deque[_Seq] = deque()
         self.running: list[_Seq] = []
         self.prompts: OrderedDict[tuple[int, ...], _Prompt] = OrderedDict()
+        self._serial = 0
         self.stats = {"requests": 0, "batches": 0, "steps": 0, "prefill_tokens": 0, "shared_prefills": 0,
                       "max_running": 0, "spec_tokens": 0, "spec_verify": 0}
 
@@ -164,7 +166,8 @@ class Engine:
             if p is None or (s.req.prompt_logprobs is not None and p.logp is None and key not in fresh):
                 if fresh and len(key) > budget:
                     break
-                p = fresh[key] = _Prompt(key)
+                self._serial += 1
+                p = fresh[key] = _Prompt(key, serial=self._serial)
                 budget -= len(key)
             else:
                 self.stats["shared_prefills"] += 1
@@ -231,8 +234,8 @@ class Engine:
         by: dict[int, tuple[PromptKV, list[int]]] = {}
         for i, s in enumerate(self.running):
             kv = s.prompt.draft_kv if draft else s.prompt.kv
-            by.setdefault(id(kv), (kv, []))[1].append(i)
-        return [(kv, torch.tensor(ix)) for kv, ix in by.values()]
+            by.setdefault(s.prompt.serial, (kv, []))[1].append(i)
+        return [(by[k][0], torch.tensor(by[k][1])) for k in sorted(by)]
 
     def _decode_step(self) -> None:
         run = self.running

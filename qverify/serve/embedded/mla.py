@@ -95,9 +95,12 @@ class MLALayer:
         kv = self.attn.kv_b_proj(p.latent[:, : self.C].unsqueeze(0))[0].view(n, self.H, self.dn + self.dv)
         k = torch.cat([kv[..., : self.dn], p.latent[:, None, self.C:].expand(n, self.H, self.dr)], dim=-1)
         q = torch.cat([p.q_nope, p.q_rot], dim=-1)
-        out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), kv[..., self.dn:].transpose(0, 1),
-                                             is_causal=True, scale=self.scaling)
-        return out.transpose(0, 1).reshape(n, self.H * self.dv)
+        v = kv[..., self.dn:]
+        if self.dv < self.dn + self.dr:  # torch's fused CPU kernel wants V as wide as Q/K (else: 3x slower math path)
+            v = F.pad(v, (0, self.dn + self.dr - self.dv))
+        out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                             is_causal=True, scale=self.scaling)  # 4-D: the fused kernel's layout
+        return out[0, ..., : self.dv].transpose(0, 1).reshape(n, self.H * self.dv)
 
     def absorbed_query(self, p: Projected) -> torch.Tensor:
         """[N, H, C + dr] queries against the latent, softmax scale folded in."""
@@ -116,21 +119,71 @@ def _partial(s: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch
     return m, e.sum(-1, keepdim=True), torch.matmul(e, values)
 
 
-def decode_attention(q: torch.Tensor, gen: torch.Tensor, gen_mask: torch.Tensor,
-                     prompts: list[tuple[torch.Tensor, torch.Tensor]], C: int) -> torch.Tensor:
+class PromptPlan:
+    """How one decode step reads the prompts' rows, computed once per step for all layers.
+
+    Few, similar-length prompts (short contexts): one batched GEMM over a padded table of the prompts, whose
+    rows are copied only when the set of live prompts changes. Mixed lengths (long contexts): one GEMM per
+    prompt, where padding would waste more than the loop costs.
+    """
+
+    def __init__(self, groups: list[tuple[object, torch.Tensor]], layers: int, B: int, cache: dict):
+        self.groups = groups
+        lens = [kv.rows.shape[1] for kv, _ in groups]
+        G, P = len(groups), max(lens)
+        self.batched = G > 1 and G * P <= 1.5 * sum(lens)
+        if not self.batched:
+            self.order = torch.cat([idx for _, idx in groups])
+            self.inv = torch.empty_like(self.order)
+            self.inv[self.order] = torch.arange(B)
+            return
+        key = tuple(id(kv) for kv, _ in groups)
+        if cache.get("key") != key:
+            width = groups[0][0].rows.shape[-1]
+            table = torch.zeros(layers, G, P, width)
+            for g, (kv, _) in enumerate(groups):
+                table[:, g, : lens[g]] = kv.rows
+            mask = torch.zeros(G, 1, P).masked_fill_(torch.arange(P)[None, None, :] >= torch.tensor(lens)[:, None, None],
+                                                     float("-inf"))
+            cache.clear()
+            cache.update(key=key, table=table, mask=mask)
+        self.table, self.mask = cache["table"], cache["mask"]
+        self.k = max(len(idx) for _, idx in groups)
+        gather = torch.zeros(G, self.k, dtype=torch.long)  # padded member slots point at sequence 0, never read back
+        self.seq_pos = torch.empty(B, dtype=torch.long)
+        for g, (_, idx) in enumerate(groups):
+            gather[g, : len(idx)] = idx
+            self.seq_pos[idx] = g * self.k + torch.arange(len(idx))
+        self.gather = gather.view(-1)
+
+    def attend(self, q: torch.Tensor, layer: int, C: int):
+        """Softmax pieces of every sequence's prompt part, each [B, R, *]."""
+        B, R, W = q.shape
+        if self.batched:
+            G = self.table.shape[1]
+            rows = self.table[layer]
+            qg = q[self.gather].view(G, self.k * R, W)
+            m, l, o = _partial(torch.baddbmm(self.mask, qg, rows.transpose(1, 2)), rows[..., :C])
+            return (x.view(G * self.k, R, -1)[self.seq_pos] for x in (m, l, o))
+        qo = q[self.order].view(-1, W)  # sequences regrouped by prompt, so each prompt's queries are one slice
+        parts, at = [], 0
+        for kv, idx in self.groups:
+            rows, n = kv.rows[layer], len(idx) * R
+            parts.append(_partial(torch.mm(qo[at: at + n], rows.t()), rows[:, :C]))
+            at += n
+        return (torch.cat([pt[i] for pt in parts]).view(B, R, -1)[self.inv] for i in range(3))
+
+
+def decode_attention(q: torch.Tensor, gen: torch.Tensor, gen_mask: torch.Tensor, prompts: PromptPlan, layer: int,
+                     C: int) -> torch.Tensor:
     """Absorbed attention for B sequences with n new tokens each.
 
     q [B, R, C + dr] (R = n * H rows per sequence, scale folded in); gen [B, G, C + dr] the sequences' own rows
-    (a view of the preallocated buffer, new rows already written); gen_mask [B, R, G] additive (causal + length);
-    prompts: (prompt latent rows [P, C + dr], index of the sequences that share it). Returns [B, R, C].
+    (a view of the preallocated buffer, new rows already written); gen_mask [B, R, G] additive (causal + length).
+    Returns [B, R, C].
     """
     m_g, l_g, o_g = _partial(torch.baddbmm(gen_mask, q, gen.transpose(1, 2)), gen[..., :C])
-    m_p, l_p, o_p = torch.empty_like(m_g), torch.empty_like(l_g), torch.empty_like(o_g)
-    for rows, idx in prompts:
-        qi = q[idx]  # [k, R, C + dr]
-        m, l, o = _partial(torch.matmul(qi.reshape(-1, qi.shape[-1]), rows.t()), rows[:, :C])
-        k, r = qi.shape[0], qi.shape[1]
-        m_p[idx], l_p[idx], o_p[idx] = m.view(k, r, 1), l.view(k, r, 1), o.view(k, r, C)
+    m_p, l_p, o_p = prompts.attend(q, layer, C)
     m = torch.maximum(m_g, m_p)
     a, b = torch.exp(m_p - m), torch.exp(m_g - m)
     return (o_p * a + o_g * b) / (l_p * a + l_g * b)

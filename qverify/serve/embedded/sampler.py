@@ -25,12 +25,16 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
 
 
 def uniform_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
-    """[R, vocab] uniforms in (0, 1), a pure function of (seed, step, token id) per row."""
+    """[R, vocab] uniforms in (0, 1), a pure function of (seed, step, token id) per row.
+
+    The inputs are absorbed one at a time (h = mix(h ^ value + constant)), so no two inputs cancel each other.
+    """
     tok = torch.arange(vocab, dtype=torch.int64)[None, :]
-    s = seeds[:, None]
-    h = _mix32((s & _M32) ^ _mix32(((s >> 32) & _M32) ^ _mix32((steps[:, None] * 0x9E3779B1) & _M32)))
-    hi = _mix32(h ^ _mix32(tok * 2 + 1))
-    lo = _mix32(hi ^ _mix32(tok * 2 + 2))
+    h = _mix32((seeds[:, None] & _M32) ^ 0x243F6A88)
+    h = _mix32(h ^ (((seeds[:, None] >> 32) + 0x85A308D3) & _M32))
+    h = _mix32(h ^ ((steps[:, None] * 0x9E3779B1 + 0x13198A2E) & _M32))
+    hi = _mix32(_mix32(h ^ tok) ^ 0x03707344)
+    lo = _mix32(_mix32(hi ^ tok) ^ 0xA4093822)
     return ((hi << 21 | lo >> 11).double() + 0.5) / float(1 << 53)
 
 
@@ -49,10 +53,13 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
     p = top_p[rows]
     if bool((p < 1).any()):
         probs = torch.softmax(z, -1)
-        sp, si = probs.sort(-1, descending=True)
-        drop_sorted = (sp.cumsum(-1) - sp) >= p[:, None]  # keep the smallest prefix reaching top_p
-        drop = torch.zeros_like(drop_sorted).scatter_(1, si, drop_sorted)
-        z = z.masked_fill(drop, float("-inf"))
+        # the nucleus is usually a few dozen tokens: rank the top 64 only, unless some row's nucleus is wider
+        sp, si = probs.topk(min(64, probs.shape[-1]), -1)
+        if bool((sp.sum(-1) < p).any()):
+            sp, si = probs.sort(-1, descending=True)
+        keep_sorted = (sp.cumsum(-1) - sp) < p[:, None]  # the smallest prefix reaching top_p
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, si, keep_sorted)
+        z = z.masked_fill(~keep, float("-inf"))
     g = -torch.log(-torch.log(uniform_noise(seeds[rows], steps[rows], z.shape[-1])))
     out[rows] = (z.double() + g).argmax(-1)
     return out
