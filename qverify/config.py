@@ -28,7 +28,7 @@ class ServingConfig(_Strict):
     profile: str | None = Field(None, description="profile name or YAML path (sglang), e.g. b200-tp4")
     endpoint: str | None = None
     api_key_env: str | None = None
-    concurrency: int = 8
+    concurrency: int = 64  # the embedded engine decodes up to 64 sequences together
     port: int | None = None
 
 

@@ -20,7 +20,7 @@ def eval_cmd(
     profile: Annotated[str | None, typer.Option(help="serving profile name or YAML (sglang)")] = None,
     endpoint: Annotated[str | None, typer.Option(help="URL of a running server (backend endpoint)")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="env var holding the endpoint's API key")] = None,
-    concurrency: Annotated[int, typer.Option(help="requests in flight")] = 8,
+    concurrency: Annotated[int, typer.Option(help="requests in flight")] = 64,
     limit: Annotated[int | None, typer.Option(help="items per suite (default: each suite's own)")] = None,
     split: Annotated[str, typer.Option(help="held-out (default) or train")] = "held-out",
     source: Annotated[str, typer.Option(help="synthetic, or a suite's real-data source (humaneval, bfcl)")] = "synthetic",

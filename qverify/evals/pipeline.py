@@ -26,7 +26,7 @@ def token_counter(build_dir: Path) -> Callable[[str], int]:
 
 def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, suites: list[str], replicates: int,
               serving: ServingProfile, limit: int | None = None, split: str = "held-out", source: str = "synthetic",
-              concurrency: int = 8, error_budget: float = 0.02, fresh: bool = False,
+              concurrency: int = 64, error_budget: float = 0.02, fresh: bool = False,
               suite_options: dict[str, dict[str, Any]] | None = None) -> EvalPlan:
     from qverify.suites import get_suite
 
@@ -63,7 +63,7 @@ def _versions() -> dict[str, str]:
 
 def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str], replicates: int = 3,
                    serving: ServingProfile | None = None, limit: int | None = None, split: str = "held-out",
-                   source: str = "synthetic", concurrency: int = 8, error_budget: float = 0.02, port: int | None = None,
+                   source: str = "synthetic", concurrency: int = 64, error_budget: float = 0.02, port: int | None = None,
                    fresh: bool = False, show_progress: bool = True, on_ready: Callable[[Endpoint], None] | None = None,
                    suite_options: dict[str, dict[str, Any]] | None = None) -> list[SuiteSummary]:
     """Start (or attach to) the build's server once, run every pending suite × replicate, stop it."""

@@ -61,7 +61,7 @@ class EvalPlan:
     replicates: int
     runs_root: Path
     serving: ServingProfile
-    concurrency: int = 8
+    concurrency: int = 64
     error_budget: float = 0.02
     split: str = "held-out"
     source: str = "synthetic"
