@@ -69,6 +69,10 @@ class Suite(ABC):
     def item_counts(self) -> dict[str, str]:
         return {src: "generated" if src == "synthetic" else "?" for src in self.sources}
 
+    def answer_text(self, item: Item) -> str:
+        """What a perfect model answers to a generated item (training and calibration text)."""
+        raise NotImplementedError(f"suite {self.name} has no reference answers")
+
     # -- request ---------------------------------------------------------------
     def request(self, item: Item, sampling: Sampling | None = None) -> dict[str, Any]:
         """OpenAI-compatible request body (without `model`) for one item."""

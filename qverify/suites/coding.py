@@ -96,6 +96,9 @@ class CodingSuite(Suite):
 
         return humaneval_items(n)
 
+    def answer_text(self, item: Item) -> str:
+        return item.target["reference"]
+
     def item_counts(self) -> dict[str, str]:
         return {"synthetic": "generated (default 60)", "humaneval": "164"}
 
