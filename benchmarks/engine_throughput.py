@@ -154,7 +154,7 @@ def main() -> None:
 
     from qverify.assets import default_model_dir
     from qverify.serve.embedded.engine import Engine
-    from qverify.serve.model_loader import load_for_serving
+    from qverify.serve.embedded.model_loader import load_for_serving
     from qverify.suites import get_suite
 
     lm = load_for_serving(args.model or default_model_dir(), speculative=False)

@@ -33,8 +33,8 @@ def main() -> None:
     from qverify.assets import default_model_dir
     from qverify.models import ServingProfile
     from qverify.serve.embedded.engine import Engine, GenRequest
+    from qverify.serve.embedded.model_loader import load_for_serving
     from qverify.serve.local import LocalBackend
-    from qverify.serve.model_loader import load_for_serving
     from qverify.suites.coding import CodingSuite
 
     model_dir = args.model or default_model_dir()

@@ -12,7 +12,7 @@ from qverify.serve.embedded.sampler import sample
 @pytest.fixture(scope="module")
 def tiny():
     from qverify.assets import default_model_dir
-    from qverify.serve.model_loader import load_for_serving
+    from qverify.serve.embedded.model_loader import load_for_serving
 
     return load_for_serving(default_model_dir(), speculative=True)  # the shipped qverify-tiny (bf16 build) + drafter
 

@@ -23,7 +23,7 @@ def built(tiny_model_dir, tmp_path_factory):
 
     def get(recipe: str):
         if recipe not in cache:
-            from qverify.serve.model_loader import load_for_serving
+            from qverify.serve.embedded.model_loader import load_for_serving
 
             cache[recipe] = load_for_serving(build(recipe, model=tiny_model_dir, workdir=workdir, **CALIB).build_dir,
                                              speculative=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from qverify.serve.embedded.engine import Engine, GenRequest
-from qverify.serve.model_loader import load_for_serving
+from qverify.serve.embedded.model_loader import load_for_serving
 from tests import parrot
 
 
