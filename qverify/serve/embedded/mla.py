@@ -119,15 +119,58 @@ def _partial(s: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch
     return m, e.sum(-1, keepdim=True), torch.matmul(e, values)
 
 
+class PromptTable:
+    """Live prompts' rows in one padded, persistent buffer [layers, slots, P, width], so a decode step reads every
+    prompt with one batched GEMM. A prompt's rows are copied in once, when it first decodes; its slot is freed
+    (and reused, lowest first) when no running sequence has it."""
+
+    def __init__(self, layers: int, width: int):
+        self.rows = torch.zeros(layers, 8, 64, width)
+        self.lens = torch.zeros(8, dtype=torch.long)
+        self.slot: dict[int, int] = {}  # id(PromptKV) -> slot
+
+    def sync(self, kvs: list) -> list[int]:
+        """Make the table hold exactly `kvs` (the live prompts); returns their slots."""
+        live = {id(kv) for kv in kvs}
+        for k in [k for k in self.slot if k not in live]:
+            self.lens[self.slot.pop(k)] = 0
+        for kv in kvs:
+            if id(kv) in self.slot:
+                continue
+            used = set(self.slot.values())
+            s = next((i for i in range(self.rows.shape[1]) if i not in used), None)
+            if s is None:
+                s = self._grow_slots()
+            n = kv.rows.shape[1]
+            if n > self.rows.shape[2]:
+                self._grow_len(n)
+            self.rows[:, s, :n] = kv.rows
+            self.lens[s], self.slot[id(kv)] = n, s
+        return [self.slot[id(kv)] for kv in kvs]
+
+    def _grow_slots(self) -> int:
+        old = self.rows.shape[1]
+        self.rows = torch.cat([self.rows, torch.zeros_like(self.rows)], 1)
+        self.lens = torch.cat([self.lens, torch.zeros_like(self.lens)])
+        return old
+
+    def _grow_len(self, n: int) -> None:
+        cap = self.rows.shape[2]
+        while cap < n:
+            cap *= 2
+        new = torch.zeros(self.rows.shape[0], self.rows.shape[1], cap, self.rows.shape[3])
+        new[:, :, : self.rows.shape[2]] = self.rows
+        self.rows = new
+
+
 class PromptPlan:
     """How one decode step reads the prompts' rows, computed once per step for all layers.
 
-    Few, similar-length prompts (short contexts): one batched GEMM over a padded table of the prompts, whose
-    rows are copied only when the set of live prompts changes. Mixed lengths (long contexts): one GEMM per
-    prompt, where padding would waste more than the loop costs.
+    Similar-length prompts (short contexts): one batched GEMM over the persistent PromptTable. Mixed lengths (long
+    contexts): one GEMM per prompt, where padding would waste more than the loop costs.
     """
 
-    def __init__(self, groups: list[tuple[object, torch.Tensor]], layers: int, B: int, cache: dict):
+    def __init__(self, groups: list[tuple[object, torch.Tensor]], B: int, table: PromptTable):
         self.groups = groups
         lens = [kv.rows.shape[1] for kv, _ in groups]
         G, P = len(groups), max(lens)
@@ -137,23 +180,22 @@ class PromptPlan:
             self.inv = torch.empty_like(self.order)
             self.inv[self.order] = torch.arange(B)
             return
-        key = tuple(id(kv) for kv, _ in groups)
-        if cache.get("key") != key:
-            width = groups[0][0].rows.shape[-1]
-            table = torch.zeros(layers, G, P, width)
-            for g, (kv, _) in enumerate(groups):
-                table[:, g, : lens[g]] = kv.rows
-            mask = torch.zeros(G, 1, P).masked_fill_(torch.arange(P)[None, None, :] >= torch.tensor(lens)[:, None, None],
-                                                     float("-inf"))
-            cache.clear()
-            cache.update(key=key, table=table, mask=mask)
-        self.table, self.mask = cache["table"], cache["mask"]
+        slots = table.sync([kv for kv, _ in groups])
+        S = max(slots) + 1
+        if S * P > 2 * sum(lens):  # freed slots left holes: compact by starting over
+            table.slot.clear()
+            table.lens.zero_()
+            slots = table.sync([kv for kv, _ in groups])
+            S = max(slots) + 1
+        self.table = table.rows[:, :S, :P]
+        self.mask = torch.zeros(S, 1, P).masked_fill_(torch.arange(P)[None, None, :] >= table.lens[:S, None, None],
+                                                      float("-inf"))
         self.k = max(len(idx) for _, idx in groups)
-        gather = torch.zeros(G, self.k, dtype=torch.long)  # padded member slots point at sequence 0, never read back
+        gather = torch.zeros(S, self.k, dtype=torch.long)  # empty member slots point at sequence 0, never read back
         self.seq_pos = torch.empty(B, dtype=torch.long)
-        for g, (_, idx) in enumerate(groups):
-            gather[g, : len(idx)] = idx
-            self.seq_pos[idx] = g * self.k + torch.arange(len(idx))
+        for s, (_, idx) in zip(slots, groups):
+            gather[s, : len(idx)] = idx
+            self.seq_pos[idx] = s * self.k + torch.arange(len(idx))
         self.gather = gather.view(-1)
 
     def attend(self, q: torch.Tensor, layer: int, C: int):
@@ -161,7 +203,7 @@ class PromptPlan:
         B, R, W = q.shape
         if self.batched:
             G = self.table.shape[1]
-            rows = self.table[layer]
+            rows = self.table[layer]  # [S, P, width]; a free slot's rows are masked out (its length is 0)
             qg = q[self.gather].view(G, self.k * R, W)
             m, l, o = _partial(torch.baddbmm(self.mask, qg, rows.transpose(1, 2)), rows[..., :C])
             return (x.view(G * self.k, R, -1)[self.seq_pos] for x in (m, l, o))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from qverify.serve.embedded.kv_fp8 import ScaleMode, kv_quant_enabled, latent_scale
-from qverify.serve.embedded.mla import MLALayer, PromptPlan, decode_attention
+from qverify.serve.embedded.mla import MLALayer, PromptPlan, PromptTable, decode_attention
 
 
 @dataclass
@@ -44,7 +44,7 @@ class ModelRunner:
         self.C = self.mla[0].C
         self.slots = slots
         self.gen = torch.zeros(len(self.layers), slots, cap, self.width)
-        self._table: dict = {}  # PromptPlan's padded prompt table, kept while the live prompts stay the same
+        self.table = PromptTable(len(self.layers), self.width)  # live prompts, padded, for batched decode reads
 
     @property
     def fp8_kv(self) -> bool:
@@ -114,7 +114,7 @@ class ModelRunner:
         mask = mask[:, :, None, :].expand(B, n, H, G).reshape(B, n * H, G)
         write = (gen_len[:, None] + torch.arange(n)[None, :]).reshape(-1)
         slot = torch.arange(B).repeat_interleave(n)
-        plan = PromptPlan(groups, len(self.layers), B, self._table)
+        plan = PromptPlan(groups, B, self.table)
         x, cos, sin = self._embed(ids.reshape(-1), positions.reshape(-1))
         for li, (layer, mla) in enumerate(zip(self.layers, self.mla)):
             p = mla.project(layer.input_layernorm(x), cos, sin)
