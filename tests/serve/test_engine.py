@@ -97,7 +97,7 @@ def test_sampler_draws_from_the_top_p_nucleus():
 def test_speculative_greedy_and_seeded_equal_plain_in_one_batch(tiny):
     tok = tiny.tokenizer
     prompts = _prompts(tok, 2)
-    reqs = lambda: [GenRequest(prompt_ids=p, max_tokens=24, temperature=t, top_p=0.95, seed=s)  # noqa: E731
+    reqs = lambda: [GenRequest(prompt_ids=p, max_tokens=24, temperature=t, top_p=0.95, seed=s)
                     for p in prompts for t, s in ((0.0, 0), (0.7, 5))]
     plain = Engine(tiny.model, tok).generate(reqs())
     spec_engine = Engine(tiny.model, tok, tiny.drafter, spec_tokens=3)

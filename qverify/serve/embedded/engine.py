@@ -26,36 +26,13 @@ from typing import Any
 
 import torch
 
+from qverify.serve.embedded.request import GenRequest, GenResult, build_result, lp_row
 from qverify.serve.embedded.runner import ModelRunner, PromptKV
 from qverify.serve.embedded.sampler import logprob_rows, sample
 
+__all__ = ["Engine", "GenRequest", "GenResult"]
+
 KEEP_PROMPTS = 64  # finished prompts kept for reuse (replicates that arrive after their siblings finished)
-
-
-@dataclass
-class GenRequest:
-    prompt_ids: list[int]
-    max_tokens: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: list[str] = field(default_factory=list)
-    top_logprobs: int = 0
-    want_logprobs: bool = False
-    bad_token_ids: list[int] = field(default_factory=list)
-    on_token: Callable[[list[int]], None] | None = None  # streaming: called with each step's new token ids
-    prompt_logprobs: int | None = None  # echo: logprobs of the prompt tokens, with this many top alternatives
-    ignore_eos: bool = False  # SGLang's sampling param: run to max_tokens
-
-
-@dataclass
-class GenResult:
-    token_ids: list[int]
-    text: str
-    finish_reason: str
-    logprobs: list[dict[str, Any]] | None = None  # [{token, logprob, top: {tok: lp}}]
-    meta_info: dict[str, Any] = field(default_factory=dict)
-    prompt_logprobs: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -314,7 +291,7 @@ class Engine:
             new.append(t)
             if r.want_logprobs:
                 lp, top = logprob_rows(logits[j: j + 1], torch.tensor([t]), r.top_logprobs)
-                self._lp_row(s.lps, t, lp[0], top[0])
+                lp_row(self.tok, s.lps, t, lp[0], top[0])
             if len(s.tokens) >= r.max_tokens:
                 s.finish = "length"
                 break
@@ -323,10 +300,6 @@ class Engine:
                 break
         if new and r.on_token is not None:
             r.on_token(new)
-
-    def _lp_row(self, out: list, t: int, lp: float | None, top: list[tuple[int, float]]) -> None:
-        conv = self.tok.convert_ids_to_tokens
-        out.append({"token": conv(t), "logprob": lp, "top": {conv(i): v for i, v in top}})
 
     def _text(self, s: _Seq) -> str:
         toks = s.tokens[:-1] if s.tokens and s.tokens[-1] == self.eos_id and not s.req.ignore_eos else s.tokens
@@ -350,32 +323,9 @@ class Engine:
     def _done(self, s: _Seq) -> None:
         s.prompt.users -= 1
         try:
-            res = self._result(s)
+            res = build_result(self.tok, s.req, s.tokens, s.finish, s.lps, s.prompt.ids, s.prompt.logp,
+                               s.verify_ct if self.draft is not None else 0)
         except Exception as e:  # noqa: BLE001 - reported to that request, the engine lives on
             s.done(None, e)
             return
         s.done(res, None)
-
-    def _result(self, s: _Seq) -> GenResult:
-        r = s.req
-        new = [t for t in s.tokens if r.ignore_eos or t != self.eos_id]
-        text, finish, lps = self.tok.decode(new, skip_special_tokens=False), s.finish or "length", s.lps
-        for x in r.stop:
-            j = text.find(x)
-            if j >= 0:
-                text, finish = text[:j], "stop"
-                new = self.tok(text, add_special_tokens=False)["input_ids"]
-        meta: dict[str, Any] = {}
-        if self.draft is not None and s.verify_ct:
-            meta = {"spec_verify_ct": s.verify_ct, "spec_accept_length": round(len(s.tokens) / s.verify_ct, 4)}
-        plp = None
-        if r.prompt_logprobs is not None and s.prompt.logp is not None:
-            plp = [{"token": self.tok.convert_ids_to_tokens(s.prompt.ids[0]), "logprob": None, "top": {}}]
-            logp, ids = s.prompt.logp, torch.tensor(s.prompt.ids)
-            chosen = logp[:-1].gather(1, ids[1:, None])[:, 0].tolist()
-            top = logp[:-1].topk(r.prompt_logprobs, -1) if r.prompt_logprobs > 0 else None
-            for j, t in enumerate(s.prompt.ids[1:]):
-                alts = list(zip(top.indices[j].tolist(), top.values[j].tolist())) if top is not None else []
-                self._lp_row(plp, t, chosen[j], alts)
-        return GenResult(token_ids=new, text=text, finish_reason=finish,
-                         logprobs=lps[: len(new)] if r.want_logprobs else None, meta_info=meta, prompt_logprobs=plp)

@@ -40,7 +40,7 @@ def sglang_scales_in_checkpoint(build_dir: Path | str, n_layers: int) -> dict[in
     out: dict[int, float] = {}
     for f in sorted(Path(build_dir).glob("*.safetensors")):
         with safe_open(str(f), framework="pt") as st:
-            for k in st.keys():
+            for k in st.keys():  # noqa: SIM118 - a safe_open handle, not a dict
                 if k in wanted:
                     out[wanted[k]] = float(st.get_tensor(k).float().reshape(-1)[0])
     return out

@@ -65,7 +65,7 @@ class EngineWorker:
             t0 = time.perf_counter()
             try:
                 self.engine.step()
-            except Exception as e:  # report to every request in flight; the worker lives on
+            except Exception as e:  # noqa: BLE001 - reported to every request in flight; the worker lives on
                 self.engine.fail_all(e)
             self.busy_s += time.perf_counter() - t0
 
