@@ -62,6 +62,11 @@ class BuildManifest(Strict):
     kv_bytes_per_token: int = 0
     tensor_hashes: dict[str, str] = Field(default_factory=dict, description="file -> tensor name -> sha256 (flattened 'file::name')")
     control: bool = Field(False, description="a lossy control build, expected to FAIL the gate")
+    trust_remote_code: bool = Field(False, description="the source needs its own code (auto_map), explicitly allowed")
+    source_quantization: dict[str, Any] | None = Field(
+        None, description="what the source already carried (e.g. Kimi's INT4 routed experts), kept byte for byte")
+    carried_files: list[str] = Field(default_factory=list, description="non-weight source files carried into the build")
+    drafter_kind: str = Field("causal-lm", description="'causal-lm' (reloaded and compared) or 'eagle3' (checked, carried)")
     created: str = Field(default_factory=utcnow)
 
 

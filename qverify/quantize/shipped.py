@@ -1,0 +1,183 @@
+"""Sources that ship already quantized (Kimi: INT4 W4A16 pack-quantized routed experts): keep them as shipped.
+
+A build from such a source never re-quantizes what the release quantized:
+- calibration runs on the source with those modules *dequantized* in memory (W4A16 serving computes exactly
+  dequant(W) @ x in bf16, so the recipe's scales see the activations the served model produces);
+- those modules are dropped from the model before saving, and their shipped tensors (`weight_packed`,
+  `weight_scale`, `weight_shape`, ...) are copied into the build byte for byte, one shard at a time;
+- the build's quantization_config keeps the source's config groups verbatim and adds the recipe's.
+Only compressed-tensors sources are accepted: it is the format the engines (SGLang, vLLM) and this loader read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qverify.errors import BadInput
+from qverify.quantize.manifest import safetensors_header
+
+INDEX = "model.safetensors.index.json"
+SHIPPED_SHARD = "model-shipped-{i:05d}-of-{n:05d}.safetensors"
+# A module is quantized in a compressed-tensors checkpoint when one of these sits beside (or replaces) its weight.
+_QUANT_MARKERS = ("weight_packed", "weight_scale")
+
+
+@dataclass
+class Shipped:
+    """What the source carried: its quantization_config and, per quantized module, its tensors and shard."""
+
+    config: dict[str, Any]
+    modules: dict[str, list[str]] = field(default_factory=dict)  # module -> its tensor names
+    shard_of: dict[str, str] = field(default_factory=dict)  # tensor -> shard file name
+    nbytes: int = 0
+
+    def tensors(self) -> set[str]:
+        return {t for ts in self.modules.values() for t in ts}
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest's record of what the source carried (kept as shipped)."""
+        groups = {g: {"targets": v.get("targets"), "format": v.get("format") or self.config.get("format"),
+                      "weights": {k: (v.get("weights") or {}).get(k) for k in ("num_bits", "type", "strategy", "group_size", "symmetric")}}
+                  for g, v in (self.config.get("config_groups") or {}).items()}
+        return {"quant_method": self.config.get("quant_method"), "format": self.config.get("format"),
+                "config_groups": groups, "modules": len(self.modules), "tensors": len(self.tensors()),
+                "bytes": self.nbytes, "kept": "byte for byte"}
+
+
+def _shards(model_dir: Path) -> list[Path]:
+    return sorted(model_dir.glob("*.safetensors"))
+
+
+def read_shipped(model_dir: Path, config: dict[str, Any]) -> Shipped | None:
+    """The source's own quantization (None for an unquantized source); BadInput for a format qverify cannot keep."""
+    qc = config.get("quantization_config")
+    if not qc:
+        return None
+    if qc.get("quant_method") != "compressed-tensors":
+        raise BadInput(f"{model_dir} is quantized with {qc.get('quant_method')!r}; qverify keeps only compressed-tensors "
+                       "quantization as shipped", fix="pass the unquantized model, or a compressed-tensors release")
+    if qc.get("kv_cache_scheme") or qc.get("sparsity_config"):
+        raise BadInput(f"{model_dir} already carries a KV-cache scheme or sparsity", fix="pass the release without them")
+    shipped = Shipped(config=qc)
+    headers = {p.name: safetensors_header(p)[0] for p in _shards(model_dir)}
+    quantized = {n.rsplit(".", 1)[0] for h in headers.values() for n in h if n.rsplit(".", 1)[-1] in _QUANT_MARKERS}
+    for shard, header in headers.items():
+        for name, info in header.items():
+            module = name.rsplit(".", 1)[0]
+            if module in quantized:
+                shipped.modules.setdefault(module, []).append(name)
+                shipped.shard_of[name] = shard
+                shipped.nbytes += info["data_offsets"][1] - info["data_offsets"][0]
+    return shipped
+
+
+def _scheme_for(module: str, qc: dict[str, Any]):
+    """The source config group covering `module` (a regex target outranks a class target, as in compressed-tensors)."""
+    import re
+
+    from compressed_tensors.quantization import QuantizationScheme
+
+    groups = list((qc.get("config_groups") or {}).values())
+    by_regex = [g for g in groups if any(t.startswith("re:") and re.match(t[3:], module) for t in g["targets"])]
+    group = (by_regex or [g for g in groups if any(not t.startswith("re:") for t in g["targets"])] or [None])[0]
+    if group is None:
+        raise BadInput(f"quantized module {module} matches no config group of the source", fix="check its config.json")
+    return QuantizationScheme.model_validate({"format": qc.get("format")} | group)
+
+
+def dequantized_state_dict(model_dir: Path, shipped: Shipped, dtype) -> dict:
+    """Every source tensor, with each shipped-quantized module replaced by its dequantized `weight`."""
+    from compressed_tensors.compressors import BaseCompressor
+    from safetensors.torch import load_file
+
+    out: dict = {}
+    for path in _shards(model_dir):
+        shard = load_file(path)
+        for module, names in shipped.modules.items():
+            local = {n.rsplit(".", 1)[1]: shard.pop(n) for n in names if n in shard}
+            if not local:
+                continue
+            scheme = _scheme_for(module, shipped.config)
+            decompressed = BaseCompressor.get_value_from_registry(scheme.format).decompress(local, scheme)
+            out[f"{module}.weight"] = decompressed["weight"].to(dtype)
+        out.update(shard)
+    return out
+
+
+def load_dequantized(model_dir: Path, shipped: Shipped, trust_remote_code: bool = False):
+    """The source as a plain model (experts linearized, shipped modules dequantized), for calibration only."""
+    import torch
+    from llmcompressor.modeling.moe.linearize import linearize_moe
+    from llmcompressor.utils.dev import skip_weights_initialize
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+    del config.quantization_config
+    dtype = getattr(config, "dtype", None) or torch.bfloat16
+    with skip_weights_initialize():
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=trust_remote_code)
+    linearize_moe(model)
+    result = model.load_state_dict(dequantized_state_dict(model_dir, shipped, dtype), strict=False, assign=True)
+    tied = set(getattr(model, "_tied_weights_keys", None) or ()) if getattr(config, "tie_word_embeddings", False) else set()
+    problems = [k for k in result.missing_keys if k not in tied] + list(result.unexpected_keys)
+    if problems:
+        raise BadInput(f"{model_dir}: the checkpoint does not fill its architecture ({problems[0]})",
+                       fix="pass a complete Hugging Face checkpoint")
+    model.tie_weights()
+    return model.eval()
+
+
+def drop_shipped_modules(model, shipped: Shipped) -> None:
+    """Replace each shipped-quantized module by a parameterless stand-in so saving writes none of its tensors."""
+    import torch
+
+    for name in shipped.modules:
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, torch.nn.Identity())
+
+
+def merge_shipped(build_dir: Path, model_dir: Path, shipped: Shipped) -> None:
+    """Copy the shipped tensors in (one source shard at a time), write the index, merge the quantization_config."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    weight_map: dict[str, str] = {}
+    index = build_dir / INDEX
+    if index.is_file():
+        weight_map.update(json.loads(index.read_text())["weight_map"])
+    else:
+        for p in _shards(build_dir):
+            weight_map.update(dict.fromkeys(safetensors_header(p)[0], p.name))
+    sources = sorted({s for s in shipped.shard_of.values()})
+    for i, shard in enumerate(sources, 1):
+        name = SHIPPED_SHARD.format(i=i, n=len(sources))
+        with safe_open(model_dir / shard, "pt") as f:  # safetensors writes the raw bytes back: byte for byte
+            tensors = {t: f.get_tensor(t) for t, s in shipped.shard_of.items() if s == shard}
+        save_file(tensors, build_dir / name, metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(tensors, name))
+    total = sum(p.stat().st_size for p in _shards(build_dir))
+    index.write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, indent=2))
+    cfg_path = build_dir / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["quantization_config"] = merged_config(shipped, cfg.get("quantization_config"), weight_map)
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def merged_config(shipped: Shipped, recipe_qc: dict[str, Any] | None, weight_map: dict[str, str]) -> dict[str, Any]:
+    """Source groups verbatim + the recipe's (renamed `recipe_<g>`); `ignore` no longer hides what the recipe quantized."""
+    src = json.loads(json.dumps(shipped.config))
+    if not recipe_qc:
+        return src
+    recipe_modules = {n.rsplit(".", 1)[0] for n in weight_map if n.rsplit(".", 1)[-1] in _QUANT_MARKERS} - set(shipped.modules)
+    groups = dict(src.get("config_groups") or {})
+    for g, body in (recipe_qc.get("config_groups") or {}).items():
+        groups[f"recipe_{g}"] = body | {"format": body.get("format") or recipe_qc.get("format")}
+    formats = {b.get("format") for b in groups.values()}
+    ignore = [m for m in src.get("ignore") or [] if m not in recipe_modules]
+    ignore += [m for m in recipe_qc.get("ignore") or [] if m not in ignore and m not in shipped.modules]
+    return src | {"config_groups": groups, "ignore": ignore, "kv_cache_scheme": recipe_qc.get("kv_cache_scheme"),
+                  "format": formats.pop() if len(formats) == 1 else "mixed-precision",
+                  "quantization_status": "compressed"}
