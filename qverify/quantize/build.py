@@ -27,6 +27,7 @@ from qverify.errors import BadInput, InfraError
 from qverify.models import BuildManifest, content_hash
 from qverify.quantize import manifest as mf
 from qverify.quantize.eagle3 import is_eagle3
+from qverify.quantize.kv_scales import write_production_scales
 from qverify.quantize.loader import DRAFTER_DIR, VerifyReport, verify_build
 from qverify.quantize.recipe import LoadedRecipe, load_recipe
 from qverify.quantize.shipped import drop_shipped_modules, merge_shipped, read_shipped
@@ -316,6 +317,8 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
                 summary += mf.quantization_summary(counts, qc, prefix="" if which == "target" else "drafter:")
                 if keep is not None:
                     merge_shipped(dst, src, keep)
+                if which == "target" and (qc or {}).get("kv_cache_scheme"):
+                    write_production_scales(dst)  # the one scale SGLang loads (qverify/quantize/kv_scales.py)
                 del model
                 gc.collect()
         names += _carry_files(src, dst)

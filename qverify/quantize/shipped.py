@@ -19,7 +19,6 @@ from typing import Any
 from qverify.errors import BadInput
 from qverify.quantize.manifest import safetensors_header
 
-INDEX = "model.safetensors.index.json"
 SHIPPED_SHARD = "model-shipped-{i:05d}-of-{n:05d}.safetensors"
 # A module is quantized in a compressed-tensors checkpoint when one of these sits beside (or replaces) its weight.
 _QUANT_MARKERS = ("weight_packed", "weight_scale")
@@ -140,29 +139,20 @@ def drop_shipped_modules(model, shipped: Shipped) -> None:
 
 
 def merge_shipped(build_dir: Path, model_dir: Path, shipped: Shipped) -> None:
-    """Copy the shipped tensors in (one source shard at a time), write the index, merge the quantization_config."""
+    """Copy the shipped tensors in (one source shard at a time), then merge the quantization_config."""
     from safetensors import safe_open
-    from safetensors.torch import save_file
 
-    weight_map: dict[str, str] = {}
-    index = build_dir / INDEX
-    if index.is_file():
-        weight_map.update(json.loads(index.read_text())["weight_map"])
-    else:
-        for p in _shards(build_dir):
-            weight_map.update(dict.fromkeys(safetensors_header(p)[0], p.name))
-    sources = sorted({s for s in shipped.shard_of.values()})
+    from qverify.quantize.shards import add_shard, weight_map
+
+    sources = sorted(set(shipped.shard_of.values()))
     for i, shard in enumerate(sources, 1):
-        name = SHIPPED_SHARD.format(i=i, n=len(sources))
         with safe_open(model_dir / shard, "pt") as f:  # safetensors writes the raw bytes back: byte for byte
             tensors = {t: f.get_tensor(t) for t, s in shipped.shard_of.items() if s == shard}
-        save_file(tensors, build_dir / name, metadata={"format": "pt"})
-        weight_map.update(dict.fromkeys(tensors, name))
-    total = sum(p.stat().st_size for p in _shards(build_dir))
-    index.write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, indent=2))
+        add_shard(build_dir, SHIPPED_SHARD.format(i=i, n=len(sources)), tensors)
+        del tensors
     cfg_path = build_dir / "config.json"
     cfg = json.loads(cfg_path.read_text())
-    cfg["quantization_config"] = merged_config(shipped, cfg.get("quantization_config"), weight_map)
+    cfg["quantization_config"] = merged_config(shipped, cfg.get("quantization_config"), weight_map(build_dir))
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
 
 
