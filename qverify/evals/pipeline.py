@@ -112,7 +112,8 @@ def ensure_runs(workdir: Workdir, cfg, baseline: str, candidates: list[str], sui
     results = []
     for recipe in [baseline, *candidates]:
         say(f"build {recipe} …")
-        r = build(recipe, model=cfg.model, drafter=cfg.drafter, workdir=workdir.root,
+        r = build(recipe, model=cfg.model, drafter=cfg.drafter, workdir=workdir.root, trust_remote_code=cfg.trust_remote_code,
+                  calib_samples=cfg.calib_samples, calib_seq_len=cfg.calib_seq_len,
                   on_stage=None if quiet else (lambda stage, secs: say(f"  {stage} done in {secs:.1f}s") if secs is not None else None))
         say(f"  {'reused' if r.reused else 'built'} {r.manifest.build_id}")
         results.append(r)
