@@ -83,6 +83,20 @@ class ServingProfile(Strict):
     endpoint: str | None = None
     api_key_env: str | None = Field(None, description="environment variable holding the API key (never the key)")
     command_prefix: str | None = Field(None, description="launcher template for multi-node, e.g. 'srun -N2 {cmd}'")
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="sent with every chat request, e.g. {thinking: false} for Kimi K2.x")
+    max_tokens: dict[str, int] = Field(
+        default_factory=dict, description="output budget per suite ('*': every suite); replaces the suite's own")
+
+    def request_options(self, suite: str) -> dict[str, Any]:
+        """What a suite adds to its requests for this model (see Suite.request)."""
+        out: dict[str, Any] = {}
+        if self.chat_template_kwargs:
+            out["chat_template_kwargs"] = dict(self.chat_template_kwargs)
+        budget = self.max_tokens.get(suite, self.max_tokens.get("*"))
+        if budget is not None:
+            out["max_tokens"] = budget
+        return out
 
 
 class Endpoint(Strict):

@@ -37,7 +37,7 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, suites
     count = token_counter(build_dir)
     objs, items = [], {}
     for name in suites:
-        s = get_suite(name, count_tokens=count, **(suite_options or {}).get(name, {}))
+        s = get_suite(name, count_tokens=count, **(serving.request_options(name) | (suite_options or {}).get(name, {})))
         if source not in s.sources:
             raise BadInput(f"suite {name} has no item source {source!r}", fix=f"use one of: {', '.join(s.sources)}")
         objs.append(s)
