@@ -45,6 +45,7 @@ class QuantPlan(BaseModel):
 _NV_ALL = {c: "nvfp4" for c in ("attention", "dense_mlp", "routed_experts", "shared_experts")}
 BUILTIN: dict[str, QuantPlan] = {p.name: p for p in [
     QuantPlan(name="bf16", description="baseline, nothing quantized"),
+    QuantPlan(name="as_shipped", description="baseline: the release as shipped (its own quantization, from config.json)"),
     QuantPlan(name="fp8kv", kv_dtype="fp8", description="FP8 e4m3 KV cache"),
     QuantPlan(name="fp8kv_badscale", kv_dtype="fp8", description="control: fp8kv with shrunk scales (same memory)"),
     QuantPlan(name="nvfp4shared", schemes={"shared_experts": "nvfp4"}, description="NVFP4 shared experts"),
@@ -189,3 +190,18 @@ def quant_plan(name_or_path: str) -> QuantPlan:
     close = difflib.get_close_matches(name_or_path, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise BadInput(f"unknown recipe {name_or_path!r}{hint}", fix=f"use one of: {', '.join(known)}")
+
+
+def shipped_schemes(config: dict[str, Any]) -> dict[str, str]:
+    """Module class -> scheme for what a checkpoint already ships quantized (its compressed-tensors
+    quantization_config), e.g. Kimi's INT4 group-32 routed experts; a build keeps these as shipped."""
+    qc = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config")
+    if not qc:
+        return {}
+    return from_tree({"source": qc}, "source", "config.json quantization_config").schemes
+
+
+def with_source(qp: QuantPlan, config: dict[str, Any]) -> QuantPlan:
+    """The recipe applied on top of the source: modules the recipe leaves alone keep the source's scheme."""
+    base = shipped_schemes(config)
+    return qp.model_copy(update={"schemes": base | dict(qp.schemes)}) if base else qp
