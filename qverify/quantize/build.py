@@ -26,7 +26,7 @@ from pathlib import Path
 from qverify.errors import BadInput, InfraError
 from qverify.models import BuildManifest, content_hash
 from qverify.quantize import manifest as mf
-from qverify.quantize.eagle3 import is_eagle3
+from qverify.quantize.eagle3 import check_eagle3, is_eagle3
 from qverify.quantize.kv_scales import write_production_scales
 from qverify.quantize.loader import DRAFTER_DIR, VerifyReport, verify_build
 from qverify.quantize.recipe import LoadedRecipe, load_recipe
@@ -96,10 +96,12 @@ def _resolve_drafter(model: Path, drafter: Path | None, recipe: LoadedRecipe) ->
     path = Path(drafter).expanduser() if drafter is not None else model / DRAFTER_DIR
     if drafter is not None or (path / "config.json").is_file():
         path = check_model_dir(path, "drafter")
-        if is_eagle3(json.loads((path / "config.json").read_text())) and recipe.recipe.drafter is not None:
-            raise BadInput(f"recipe {recipe.recipe.name} quantizes the drafter, but {path} is an EAGLE3 head "
-                           "(not a causal LM llm-compressor can calibrate)",
-                           fix="pick the recipe without the drafter stage; the head is then carried as is")
+        if is_eagle3(json.loads((path / "config.json").read_text())):
+            if recipe.recipe.drafter is not None:
+                raise BadInput(f"recipe {recipe.recipe.name} quantizes the drafter, but {path} is an EAGLE3 head "
+                               "(not a causal LM llm-compressor can calibrate)",
+                               fix="pick the recipe without the drafter stage; the head is then carried as is")
+            check_eagle3(path, json.loads((model / "config.json").read_text()))  # a bad head is bad input: refuse it now
         return path
     if recipe.recipe.serving.requires_drafter:
         raise BadInput(f"recipe {recipe.recipe.name} quantizes the drafter but {model} has no drafter/",

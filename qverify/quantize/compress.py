@@ -28,10 +28,11 @@ def load_source(model_dir: Path, shipped=None, trust_remote_code: bool = False):
     """
     from transformers import AutoModelForCausalLM
 
-    if shipped is not None:
-        from qverify.quantize.shipped import load_dequantized
+    from qverify.quantize.shipped import load_dequantized, model_code_trust
 
+    if shipped is not None:
         return load_dequantized(model_dir, shipped, trust_remote_code)
+    trust_remote_code = model_code_trust(model_dir, trust_remote_code)
     try:
         model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", output_loading_info=True,
                                                            trust_remote_code=trust_remote_code)

@@ -106,6 +106,16 @@ def dequantized_state_dict(model_dir: Path, shipped: Shipped, dtype) -> dict:
     return out
 
 
+def model_code_trust(model_dir: Path, trust_remote_code: bool) -> bool:
+    """Whether to run the checkpoint's own modeling code: only when transformers has no native class for its
+    model_type. Native DeepSeek-V3 is what llm-compressor linearizes and what the loader reloads (Moonlight ships
+    model_type deepseek_v3 *and* an auto_map; the remote-code permission is for its tokenizer)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    model_type = json.loads((model_dir / "config.json").read_text()).get("model_type")
+    return trust_remote_code and model_type not in CONFIG_MAPPING
+
+
 def load_dequantized(model_dir: Path, shipped: Shipped, trust_remote_code: bool = False):
     """The source as a plain model (experts linearized, shipped modules dequantized), for calibration only."""
     import torch
@@ -113,6 +123,7 @@ def load_dequantized(model_dir: Path, shipped: Shipped, trust_remote_code: bool 
     from llmcompressor.utils.dev import skip_weights_initialize
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    trust_remote_code = model_code_trust(model_dir, trust_remote_code)
     config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
     del config.quantization_config
     dtype = getattr(config, "dtype", None) or torch.bfloat16
