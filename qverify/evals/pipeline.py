@@ -17,10 +17,11 @@ from qverify.models import BuildManifest, Endpoint, ServingProfile
 from qverify.workdir import Workdir, resolve_build
 
 
-def token_counter(build_dir: Path) -> Callable[[str], int]:
+def token_counter(build_dir: Path, trust_remote_code: bool = False) -> Callable[[str], int]:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(build_dir)
+    # a Kimi build's tokenizer is remote code: allowed exactly when the build was made with --trust-remote-code
+    tok = AutoTokenizer.from_pretrained(build_dir, trust_remote_code=trust_remote_code)
     return lambda s: len(tok(s, add_special_tokens=False)["input_ids"])
 
 
@@ -34,7 +35,7 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, suites
         raise BadInput(f"--replicates must be >= 1 (got {replicates})", fix="pass --replicates 3 or more for gating")
     if split not in ("held-out", "train"):
         raise BadInput(f"unknown split {split!r}", fix="use --split held-out")
-    count = token_counter(build_dir)
+    count = token_counter(build_dir, bool(manifest and manifest.trust_remote_code))
     objs, items = [], {}
     for name in suites:
         s = get_suite(name, count_tokens=count, **(serving.request_options(name) | (suite_options or {}).get(name, {})))

@@ -26,11 +26,11 @@ def test_embedded_server_serves_kimi_build(kimi_shaped, tmp_path, recipe):
     res = build(recipe, model=kimi_shaped, workdir=tmp_path / "wd", trust_remote_code=True, calib_samples=8, calib_seq_len=64)
     backend = LocalBackend(res.build_dir, res.manifest, ServingProfile(flags={"speculative": False}), tmp_path / "logs")
     with backend as ep:
-        tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+        tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
         r = httpx.post(f"{ep.base_url}/chat/completions", timeout=120, json={
             "model": ep.model, "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [tool],
             "max_tokens": 8, "temperature": 0, "chat_template_kwargs": {"thinking": False}})
-        assert r.status_code == 200, r.text
+        assert r.status_code == 200, r.text[:1000]
         choice = r.json()["choices"][0]
         assert choice["finish_reason"] in ("stop", "length", "tool_calls") and r.json()["usage"]["completion_tokens"] > 0
 
@@ -45,6 +45,7 @@ def test_gate_on_kimi_shaped_gives_a_verdict(kimi_shaped, tmp_path):
                         "--recipe", "fp8kv_nvfp4shared", "--json", "--n-boot", "200"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=1400, env=env)
     assert r.returncode in (0, 1, 2), r.stderr[-3000:]
+    assert r.stdout.strip(), f"exit {r.returncode} with no report; stderr: {r.stderr[-3000:]}"
     report = json.loads(r.stdout)
     assert report["verdict"] == ["PASS", "FAIL", "INCONCLUSIVE"][r.returncode]
     assert report["baseline_recipe"] == "as_shipped" and report["candidates"][0]["recipe"] == "fp8kv_nvfp4shared"
