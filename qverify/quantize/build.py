@@ -31,6 +31,7 @@ from qverify.quantize.kv_scales import write_production_scales
 from qverify.quantize.loader import DRAFTER_DIR, VerifyReport, verify_build
 from qverify.quantize.recipe import LoadedRecipe, load_recipe
 from qverify.quantize.shipped import drop_shipped_modules, merge_shipped, read_shipped
+from qverify.workdir import Workdir, is_build, manifest_path
 
 OnStage = Callable[[str, float | None], None]
 _TOKENIZER_PREFIXES = ("tokenizer", "special_tokens_map", "chat_template", "added_tokens", "vocab", "merges")
@@ -201,7 +202,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
         if trust_remote_code:  # only when set, so ids of existing builds do not change
             key["trust_remote_code"] = True
         build_id = f"{rec.name}-{content_hash(key, 12)}"
-        out_dir = Path(out).expanduser().resolve() if out else Path(workdir).expanduser().resolve() / "builds" / build_id
+        out_dir = Path(out).expanduser().resolve() if out else Workdir.at(workdir).build_dir(build_id)
         reused = _reuse(out_dir, build_id, force)
         if reused is not None:
             return BuildResult(out_dir, reused, reused=True, seconds=seconds)
@@ -230,7 +231,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
                 source_quantization=shipped.describe() if shipped else None, carried_files=carried,
                 drafter_kind="eagle3" if drafter_dir and is_eagle3(json.loads((drafter_dir / "config.json").read_text()))
                 else "causal-lm")
-            (tmp / mf.MANIFEST).write_text(manifest.model_dump_json(indent=2))
+            manifest_path(tmp).write_text(manifest.model_dump_json(indent=2))
         with _stage("verify", on_stage, seconds):
             try:
                 report = verify_build(tmp)
@@ -252,7 +253,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
 def _reuse(out_dir: Path, build_id: str, force: bool) -> BuildManifest | None:
     if not out_dir.exists() or force:
         return None
-    if not (out_dir / mf.MANIFEST).is_file():
+    if not is_build(out_dir):
         raise BadInput(f"{out_dir} exists and is not a qverify build", fix="pass --force to replace it, or another --out")
     manifest = mf.read_manifest(out_dir)
     if manifest.build_id != build_id:
