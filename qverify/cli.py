@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         return _exit(e.exit_code)
     except (KeyboardInterrupt, getattr(click_exc, "Abort", KeyboardInterrupt)):
         return _exit(130)
-    except Exception as e:  # unexpected: an infrastructure failure (3), never read as a FAIL verdict (Python's 1)
+    except Exception as e:  # noqa: BLE001 -- unexpected: an infrastructure failure (3), never read as a FAIL verdict (Python's 1)
         if verbose:
             traceback.print_exc()
         first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""

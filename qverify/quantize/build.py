@@ -31,10 +31,10 @@ from qverify.quantize.kv_scales import write_production_scales
 from qverify.quantize.loader import DRAFTER_DIR, VerifyReport, verify_build
 from qverify.quantize.recipe import LoadedRecipe, load_recipe
 from qverify.quantize.shipped import drop_shipped_modules, merge_shipped, read_shipped
+from qverify.quantize.source import carry_files, check_model_dir, copy_model, copy_tokenizer, needs_remote_code
 from qverify.workdir import Workdir, is_build, manifest_path
 
 OnStage = Callable[[str, float | None], None]
-_TOKENIZER_PREFIXES = ("tokenizer", "special_tokens_map", "chat_template", "added_tokens", "vocab", "merges")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
@@ -55,42 +55,6 @@ def versions() -> dict[str, str]:
         except PackageNotFoundError:
             out[pkg] = "missing"
     return out
-
-
-def check_model_dir(path: Path, what: str, default: bool = False, allow_quantized: bool = False) -> Path:
-    """A local Hugging Face model dir: config.json with a model_type, *.safetensors; unquantized unless
-    `allow_quantized` (a compressed-tensors release whose quantized modules a build keeps as shipped)."""
-    if not path.is_dir():
-        if default:
-            raise BadInput(f"the embedded model qverify-tiny is not installed at {path}",
-                           fix="pass --model DIR, or train it with scripts/train_reference_model.py")
-        raise BadInput(f"{what} dir {path} not found", fix=f"pass --{what} DIR with a Hugging Face model")
-    try:
-        config = json.loads((path / "config.json").read_text())
-        assert isinstance(config, dict) and config.get("model_type")
-    except (OSError, ValueError, AssertionError):
-        raise BadInput(f"{path} is not a Hugging Face model dir (no valid config.json with model_type)",
-                       fix=f"pass --{what} DIR containing config.json and *.safetensors") from None
-    if not list(path.glob("*.safetensors")):
-        raise BadInput(f"{path} is not a Hugging Face model dir (no *.safetensors weights)",
-                       fix=f"pass --{what} DIR containing config.json and *.safetensors")
-    tokenizer_files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "tiktoken.model")
-    if what == "model" and not any((path / f).is_file() for f in tokenizer_files):
-        raise BadInput(f"{path} has no tokenizer files", fix="save the tokenizer next to the model (tokenizer.save_pretrained)")
-    if config.get("quantization_config") and not allow_quantized:
-        raise BadInput(f"{path} is already quantized", fix=f"pass the unquantized {what} (e.g. a bf16 build's source)")
-    return path.resolve()
-
-
-def needs_remote_code(path: Path) -> bool:
-    """True when the model or its tokenizer is only reachable through `auto_map` (Kimi's tokenization_kimi.py)."""
-    for name in ("config.json", "tokenizer_config.json"):
-        try:
-            if json.loads((path / name).read_text()).get("auto_map"):
-                return True
-        except (OSError, ValueError):
-            continue
-    return False
 
 
 def _resolve_drafter(model: Path, drafter: Path | None, recipe: LoadedRecipe) -> Path | None:
@@ -137,33 +101,6 @@ def _clean_stale(out: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
         except PermissionError:
             pass
-
-
-def _copy_model(src: Path, dst: Path) -> list[str]:
-    """Every file of the source byte for byte (subdirectories such as drafter/ are their own stage); returns
-    the non-weight ones."""
-    dst.mkdir(parents=True, exist_ok=True)
-    for p in sorted(src.iterdir()):
-        if p.is_file() and not p.name.startswith("."):
-            shutil.copy2(p, dst / p.name)
-    return [p.name for p in sorted(src.iterdir()) if p.is_file() and not p.name.startswith(".") and not _is_weight(p.name)]
-
-
-def _is_weight(name: str) -> bool:
-    return name.endswith((".safetensors", ".safetensors.index.json", ".bin"))
-
-
-def _carry_files(src: Path, dst: Path) -> list[str]:
-    """Copy every non-weight file of the source that the saved build does not already have (tokenizer,
-    `tiktoken.model`, `tokenization_*.py`, chat template, README, ...); returns their names."""
-    carried = []
-    for p in sorted(src.iterdir()):
-        if not p.is_file() or p.name.startswith(".") or _is_weight(p.name):
-            continue
-        if not (dst / p.name).exists():
-            shutil.copy2(p, dst / p.name)
-            carried.append(p.name)
-    return carried
 
 
 def _dtype_name(config: dict) -> str:
@@ -270,16 +207,6 @@ def _publish(tmp: Path, out_dir: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _copy_tokenizer(src: Path, fallback: Path, dst: Path) -> None:
-    """A drafter without tokenizer files gets the target's (copied byte for byte)."""
-    files = [p for p in sorted(src.iterdir()) if p.is_file() and p.name.startswith(_TOKENIZER_PREFIXES)]
-    if not files and src != fallback:
-        return _copy_tokenizer(fallback, fallback, dst)
-    dst.mkdir(parents=True, exist_ok=True)
-    for p in files:
-        shutil.copy2(p, dst / p.name)
-
-
 def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path | None, calib, shipped,
              trust_remote_code: bool, on_stage, seconds):
     """Write the target (and drafter) into tmp; returns (what the recipe changed, the carried file names)."""
@@ -303,7 +230,7 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
         names: list[str] = []
         if stage is None:
             with _stage(f"copy {which}", on_stage, seconds):
-                names = _copy_model(src, dst)
+                names = copy_model(src, dst)
         else:
             with _stage(f"oneshot {which}", on_stage, seconds):
                 keep = shipped if which == "target" else None
@@ -324,10 +251,10 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
                     write_production_scales(dst)  # the one scale SGLang loads (qverify/quantize/kv_scales.py)
                 del model
                 gc.collect()
-        names += _carry_files(src, dst)
+        names += carry_files(src, dst)
         if which == "target":
             carried = names
         else:
-            _copy_tokenizer(src, model_dir, dst)
+            copy_tokenizer(src, model_dir, dst)
     (tmp / "recipe.yaml").write_text(loaded.recipe.resolved_yaml())
     return summary, carried

@@ -119,3 +119,20 @@ def test_sglang_kv_scale_written_and_checked(kimi_built):
     with pytest.raises(IntegrityError, match="compressed-tensors pair"):
         load_checkpoint(bad)
     assert verify_build(d).ok
+
+
+def test_verification_streams_shard_by_shard(kimi_built, monkeypatch):
+    """The reload never holds the whole checkpoint: each shard is read, loaded/compared and dropped in turn."""
+    import safetensors.torch
+
+    import qverify.quantize.checkpoint as ck
+    from qverify.quantize.loader import verify_build
+
+    d = kimi_built("fp8kv_nvfp4shared").build_dir
+    shards = sorted(p.name for p in d.glob("*.safetensors"))
+    assert len(shards) == 3  # llm-compressor's, the shipped INT4 experts', SGLang's KV scales
+    monkeypatch.setattr(ck, "_read_checkpoint", lambda *a: pytest.fail("whole checkpoint read into memory"))
+    reads, real = [], safetensors.torch.load_file
+    monkeypatch.setattr(safetensors.torch, "load_file", lambda f, *a, **k: reads.append(f) or real(f, *a, **k))
+    assert verify_build(d).ok
+    assert [f.name for f in reads if f.parent == d] == shards * 2  # once to load into the model, once to compare; one file at a time

@@ -45,7 +45,7 @@ def _scales_used(k_loaded: float) -> tuple[float, float]:
     """SGLang's BaseKVCacheMethod.process_weights_after_loading on a layer whose k_scale was loaded and v_scale left
     at its creation value -1.0 (BaseKVCacheMethod.create_weights)."""
     scope = {"is_fp8_fnuz": lambda: False, "torch": torch}
-    exec(kv_cache_process_weights(), scope)
+    exec(kv_cache_process_weights(), scope)  # noqa: S102 -- SGLang's own code, cut from its installed source
 
     class Layer:
         k_scale = torch.nn.Parameter(torch.tensor(k_loaded), requires_grad=False)

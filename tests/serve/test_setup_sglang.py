@@ -17,7 +17,7 @@ UNREACHABLE = ("Could not fetch URL", "Failed to establish a new connection", "T
 
 @pytest.mark.timeout(900)
 def test_sglang_requirements_resolve():
-    r = subprocess.run(["bash", str(SCRIPT), "--dry-run"], capture_output=True, text=True, timeout=880,
+    r = subprocess.run(["bash", str(SCRIPT), "--dry-run"], capture_output=True, text=True, timeout=880, check=False,
                        env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
     if r.returncode != 0 and any(s in r.stderr for s in UNREACHABLE[:4]):
         pytest.skip(f"package registry unreachable: {r.stderr.strip().splitlines()[-1][:200]}")
