@@ -144,9 +144,11 @@ def _load_linearized(path: Path):
     from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config
     from llmcompressor.modeling.moe.linearize import linearize_moe
     from llmcompressor.utils.dev import skip_weights_initialize
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(path)
+    from qverify.quantize.shipped import native_config
+
+    config = native_config(path)  # Kimi's model_type kimi_k2 -> native DeepSeek-V3, no remote model code
     qconfig = QuantizationConfig.model_validate(config.quantization_config)
     del config.quantization_config
     dtype = getattr(config, "dtype", None) or torch.bfloat16

@@ -28,13 +28,14 @@ def load_source(model_dir: Path, shipped=None, trust_remote_code: bool = False):
     """
     from transformers import AutoModelForCausalLM
 
-    from qverify.quantize.shipped import load_dequantized, model_code_trust
+    from qverify.quantize.shipped import load_dequantized, model_code_trust, native_config
 
     if shipped is not None:
         return load_dequantized(model_dir, shipped, trust_remote_code)
-    trust_remote_code = model_code_trust(model_dir, trust_remote_code)
+    config = native_config(model_dir, trust_remote_code)
+    trust_remote_code = model_code_trust(model_dir, trust_remote_code) and config.model_type != "deepseek_v3"
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", output_loading_info=True,
+        model, info = AutoModelForCausalLM.from_pretrained(model_dir, config=config, dtype="auto", output_loading_info=True,
                                                            trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as e:
         raise BadInput(f"{model_dir} does not load as a causal LM: {str(e).splitlines()[0][:200]}",

@@ -116,15 +116,47 @@ def model_code_trust(model_dir: Path, trust_remote_code: bool) -> bool:
     return trust_remote_code and model_type not in CONFIG_MAPPING
 
 
+def native_config(model_dir: Path, trust_remote_code: bool = False):
+    """The model's transformers config; native DeepSeek-V3 for a DeepseekV3ForCausalLM checkpoint under a model_type
+    transformers does not know (Kimi K2.x ships `kimi_k2` + a remote configuration_deepseek.py for the same layout),
+    so llm-compressor's MoE linearization and the loader see the class they support, and no model code runs."""
+    from transformers import AutoConfig, DeepseekV3Config
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    raw = json.loads((model_dir / "config.json").read_text())
+    if raw.get("model_type") not in CONFIG_MAPPING and "DeepseekV3ForCausalLM" in (raw.get("architectures") or []):
+        return DeepseekV3Config(**{k: v for k, v in raw.items() if k not in ("auto_map", "model_type")})
+    return AutoConfig.from_pretrained(model_dir, trust_remote_code=model_code_trust(model_dir, trust_remote_code))
+
+
+def _native_config_dir(config) -> None:
+    """Save the native config (without the source's quantization) where llm-compressor's `validate_model` reads it,
+    since it reloads config.json from `name_or_path` without trust_remote_code; removed at exit."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from transformers import PretrainedConfig
+
+    d = tempfile.mkdtemp(prefix="qverify-native-config-")
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
+    plain = PretrainedConfig.to_dict(config)
+    plain.pop("quantization_config", None)
+    type(config).from_dict(plain).save_pretrained(d)
+    config._name_or_path = d
+
+
 def load_dequantized(model_dir: Path, shipped: Shipped, trust_remote_code: bool = False):
     """The source as a plain model (experts linearized, shipped modules dequantized), for calibration only."""
     import torch
     from llmcompressor.modeling.moe.linearize import linearize_moe
     from llmcompressor.utils.dev import skip_weights_initialize
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    trust_remote_code = model_code_trust(model_dir, trust_remote_code)
-    config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+    config = native_config(model_dir, trust_remote_code)
+    trust_remote_code = model_code_trust(model_dir, trust_remote_code) and config.model_type not in ("deepseek_v3",)
+    if not config.name_or_path:  # a config rebuilt from kimi_k2: oneshot re-reads config.json from name_or_path
+        _native_config_dir(config)
     del config.quantization_config
     dtype = getattr(config, "dtype", None) or torch.bfloat16
     with skip_weights_initialize():
@@ -161,9 +193,12 @@ def merge_shipped(build_dir: Path, model_dir: Path, shipped: Shipped) -> None:
             tensors = {t: f.get_tensor(t) for t, s in shipped.shard_of.items() if s == shard}
         add_shard(build_dir, SHIPPED_SHARD.format(i=i, n=len(sources)), tensors)
         del tensors
+    # The release's own config.json (its model_type, auto_map, ...) with only the quantization_config merged:
+    # llm-compressor saved the native transformers config it calibrated with, which may differ (kimi_k2 -> deepseek_v3).
     cfg_path = build_dir / "config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["quantization_config"] = merged_config(shipped, cfg.get("quantization_config"), weight_map(build_dir))
+    saved = json.loads(cfg_path.read_text())
+    cfg = json.loads((model_dir / "config.json").read_text())
+    cfg["quantization_config"] = merged_config(shipped, saved.get("quantization_config"), weight_map(build_dir))
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
 
 

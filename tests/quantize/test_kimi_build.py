@@ -136,3 +136,25 @@ def test_verification_streams_shard_by_shard(kimi_built, monkeypatch):
     monkeypatch.setattr(safetensors.torch, "load_file", lambda f, *a, **k: reads.append(f) or real(f, *a, **k))
     assert verify_build(d).ok
     assert [f.name for f in reads if f.parent == d] == shards * 2  # once to load into the model, once to compare; one file at a time
+
+
+def test_kimi_model_type_builds_without_running_model_code(kimi_shaped, tmp_path):
+    """Kimi K2.x ships model_type `kimi_k2` with an auto_map to its own configuration/modeling code. qverify
+    calibrates and reloads it as transformers' native DeepSeek-V3 (the code files are absent here, so any attempt
+    to run them fails), and the build keeps the release's config.json apart from the merged quantization_config."""
+    import shutil
+
+    from qverify.quantize import build
+    from qverify.quantize.loader import verify_build
+
+    src = tmp_path / "kimi-k2"
+    shutil.copytree(kimi_shaped, src)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg |= {"model_type": "kimi_k2", "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+                                                  "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}}
+    (src / "config.json").write_text(json.dumps(cfg, indent=2))
+    res = build("fp8kv_nvfp4shared", model=src, workdir=tmp_path / "wd", trust_remote_code=True, **KIMI_CALIB)
+    out = json.loads((res.build_dir / "config.json").read_text())
+    assert out["model_type"] == "kimi_k2" and out["auto_map"] == cfg["auto_map"]
+    assert out["quantization_config"]["config_groups"]["group_0"] == cfg["quantization_config"]["config_groups"]["group_0"]
+    assert verify_build(res.build_dir).target_load == "linearized"
