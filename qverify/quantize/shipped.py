@@ -202,6 +202,21 @@ def merge_shipped(build_dir: Path, model_dir: Path, shipped: Shipped) -> None:
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
 
 
+def _ignore_without(ignore: list[str], quantized: set[str], modules: set[str]) -> list[str]:
+    """The source's `ignore` minus the modules the recipe now quantizes. A regex entry (Kimi ships
+    `re:.*shared_experts.*`) that covers any of them is replaced by the names it covers that stay unquantized."""
+    import re
+
+    out: list[str] = []
+    for entry in ignore:
+        if not entry.startswith("re:"):
+            out += [] if entry in quantized else [entry]
+            continue
+        hits = {m for m in modules if re.match(entry[3:], m)}
+        out += sorted(hits - quantized) if hits & quantized else [entry]
+    return out
+
+
 def merged_config(shipped: Shipped, recipe_qc: dict[str, Any] | None, weight_map: dict[str, str]) -> dict[str, Any]:
     """Source groups verbatim + the recipe's (renamed `recipe_<g>`); `ignore` no longer hides what the recipe quantized."""
     src = json.loads(json.dumps(shipped.config))
@@ -212,7 +227,7 @@ def merged_config(shipped: Shipped, recipe_qc: dict[str, Any] | None, weight_map
     for g, body in (recipe_qc.get("config_groups") or {}).items():
         groups[f"recipe_{g}"] = body | {"format": body.get("format") or recipe_qc.get("format")}
     formats = {b.get("format") for b in groups.values()}
-    ignore = [m for m in src.get("ignore") or [] if m not in recipe_modules]
+    ignore = _ignore_without(src.get("ignore") or [], recipe_modules, {n.rsplit(".", 1)[0] for n in weight_map})
     ignore += [m for m in recipe_qc.get("ignore") or [] if m not in ignore and m not in shipped.modules]
     return src | {"config_groups": groups, "ignore": ignore, "kv_cache_scheme": recipe_qc.get("kv_cache_scheme"),
                   "format": formats.pop() if len(formats) == 1 else "mixed-precision",
