@@ -85,6 +85,13 @@ def main(argv: list[str] | None = None) -> int:
         return _exit(e.exit_code)
     except (KeyboardInterrupt, getattr(click_exc, "Abort", KeyboardInterrupt)):
         return _exit(130)
+    except Exception as e:  # noqa: BLE001 -- unexpected: an infrastructure failure (3), never read as a FAIL verdict (Python's 1)
+        if verbose:
+            traceback.print_exc()
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+        print(f"error: unexpected {type(e).__name__}: {first} (fix: rerun with -v for the traceback, and report it)",
+              file=sys.stderr)
+        return _exit(ExitCode.INFRA)
     return _exit(rv if isinstance(rv, int) else 0)
 
 

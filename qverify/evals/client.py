@@ -35,6 +35,11 @@ def _classify_400(text: str) -> str:
     return "context_overflow" if ("context length" in t or "maximum context" in t or "too long" in t) else "bad_request"
 
 
+def _meta_info(choice: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+    """SGLang returns `meta_info` inside each choice (per request); older servers put it at the top level."""
+    return choice.get("meta_info") or data.get("meta_info") or {}
+
+
 def parse_chat(data: dict[str, Any]) -> Response:
     ch = data["choices"][0]
     msg = ch.get("message") or {}
@@ -45,7 +50,7 @@ def parse_chat(data: dict[str, Any]) -> Response:
         lps = [{"token": x["token"], "logprob": x["logprob"],
                 "top": {t["token"]: t["logprob"] for t in x.get("top_logprobs") or []}} for x in ch["logprobs"]["content"]]
     return Response(content=msg.get("content"), tool_calls=calls, finish_reason=ch.get("finish_reason"),
-                    usage=data.get("usage") or {}, logprobs=lps, meta_info=data.get("meta_info") or {})
+                    usage=data.get("usage") or {}, logprobs=lps, meta_info=_meta_info(ch, data))
 
 
 def parse_completion(data: dict[str, Any]) -> Response:
@@ -56,7 +61,7 @@ def parse_completion(data: dict[str, Any]) -> Response:
         rows = [{"token": t, "logprob": v, "top": top or {}}
                 for t, v, top in zip(lp["tokens"], lp["token_logprobs"], lp.get("top_logprobs") or [None] * len(lp["tokens"]))]
     return Response(content=ch.get("text"), finish_reason=ch.get("finish_reason"), usage=data.get("usage") or {},
-                    logprobs=rows, meta_info=data.get("meta_info") or {})
+                    logprobs=rows, meta_info=_meta_info(ch, data))
 
 
 class Client:
