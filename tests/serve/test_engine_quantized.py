@@ -161,3 +161,21 @@ def test_no_quant_switches_the_fp8_latent_off(built, ids):
         assert not ModelRunner(lm.model, slots=2, fp8_kv=lm.fp8_kv).fp8_kv
     finally:
         set_quantization_enabled(lm.model, True)
+
+
+@pytest.mark.parametrize("recipe, scale_mode", [("as_shipped", "production"), ("fp8kv_nvfp4shared", "compressed-tensors")])
+def test_kimi_shaped_int4_experts_match_compressed_tensors_forward(kimi_shaped, tmp_path, recipe, scale_mode):
+    """A Kimi-shaped release (INT4 W4A16 pack-quantized routed experts, loaded linearized): the engine calls those
+    expert modules, so its logits are compressed-tensors' own, prefill and decode."""
+    from qverify.quantize import build
+    from qverify.serve.embedded.model_loader import load_for_serving
+
+    res = build(recipe, model=kimi_shaped, workdir=tmp_path / "wd", trust_remote_code=True, **{
+        "calib_samples": 8, "calib_seq_len": 64})
+    lm = load_for_serving(res.build_dir, speculative=False)
+    assert any("weight_packed" in k or "weight_scale" in k for k in lm.model.state_dict() if ".experts." in k)
+    ids = lm.tokenizer("def load_config(path):\n    return json.load(open(path))\n", add_special_tokens=False)["input_ids"]
+    runner = ModelRunner(lm.model, slots=2, fp8_kv=lm.fp8_kv, scale_mode=scale_mode)
+    got, want = engine_logits(runner, ids, len(ids) // 2), hf_logits(lm.model, ids)
+    err = (got - want).abs().max().item()
+    assert err < 2e-3 * want.abs().max().item(), f"max |engine - compressed-tensors| = {err}"
