@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import state
+from qverify.commands._common import Count, state
 
 
 def _quiet(verbose: bool) -> None:
@@ -40,8 +40,8 @@ def build_cmd(
     drafter: Annotated[Path | None, typer.Option("--drafter", help="drafter model dir (default: <model>/drafter if present)")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="build dir (default: <workdir>/builds/<build-id>)")] = None,
     calib_data: Annotated[str | None, typer.Option("--calib-data", help="mix (default), coding, toolcall, longctx, or a .jsonl/.parquet file")] = None,
-    calib_samples: Annotated[int | None, typer.Option("--calib-samples", help="calibration samples (default: the recipe's)")] = None,
-    calib_seq_len: Annotated[int | None, typer.Option("--calib-seq-len", help="tokens per calibration sample (default: the recipe's)")] = None,
+    calib_samples: Annotated[int | None, typer.Option("--calib-samples", callback=Count, help="calibration samples (default: the recipe's)")] = None,
+    calib_seq_len: Annotated[int | None, typer.Option("--calib-seq-len", callback=Count, help="tokens per calibration sample (default: the recipe's)")] = None,
     force: Annotated[bool, typer.Option("--force", help="rebuild even if the same build exists")] = False,
 ) -> None:
     """Build a serving build from a recipe with llm-compressor, then verify it loads exactly."""

@@ -12,22 +12,33 @@ from pathlib import Path
 from typing import Any
 
 from qverify.errors import BadInput
-from qverify.evals.runner import EvalPlan, SuiteSummary, run_plan
+from qverify.evals.client import Timeouts, timeouts_for
+from qverify.evals.runner import EvalPlan, SuiteSummary, run_plan, summarize
 from qverify.models import BuildManifest, Endpoint, ServingProfile
 from qverify.workdir import Workdir, resolve_build
 
 
 def token_counter(build_dir: Path) -> Callable[[str], int]:
-    from transformers import AutoTokenizer
+    """Counts tokens with the build's tokenizer, loaded on first use: only suites that size prompts
+    by tokens need it, and importing transformers costs seconds a failing or no-op eval should not pay."""
+    tok = None
 
-    tok = AutoTokenizer.from_pretrained(build_dir)
-    return lambda s: len(tok(s, add_special_tokens=False)["input_ids"])
+    def count(s: str) -> int:
+        nonlocal tok
+        if tok is None:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(build_dir)
+        return len(tok(s, add_special_tokens=False)["input_ids"])
+
+    return count
 
 
 def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, suites: list[str], replicates: int,
               serving: ServingProfile, limit: int | None = None, split: str = "held-out", source: str = "synthetic",
               concurrency: int = 8, error_budget: float = 0.02, fresh: bool = False,
-              suite_options: dict[str, dict[str, Any]] | None = None) -> EvalPlan:
+              suite_options: dict[str, dict[str, Any]] | None = None, timeouts: Timeouts | None = None,
+              allow_unsandboxed: bool = False) -> EvalPlan:
     from qverify.suites import get_suite
 
     if replicates < 1:
@@ -40,11 +51,12 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, suites
         s = get_suite(name, count_tokens=count, **(suite_options or {}).get(name, {}))
         if source not in s.sources:
             raise BadInput(f"suite {name} has no item source {source!r}", fix=f"use one of: {', '.join(s.sources)}")
+        s.allow_unsandboxed = allow_unsandboxed
         objs.append(s)
         items[name] = s.items(split, limit or s.default_n, source=source)[: limit or None]
     plan = EvalPlan(build_id=manifest.build_id, manifest=manifest, suites=objs, items=items, replicates=replicates,
                     runs_root=workdir.runs, serving=serving, concurrency=concurrency, error_budget=error_budget,
-                    split=split, source=source, fresh=fresh)
+                    split=split, source=source, fresh=fresh, timeouts=timeouts, allow_unsandboxed=allow_unsandboxed)
     plan.check_existing()
     return plan
 
@@ -65,19 +77,31 @@ def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str], r
                    serving: ServingProfile | None = None, limit: int | None = None, split: str = "held-out",
                    source: str = "synthetic", concurrency: int = 8, error_budget: float = 0.02, port: int | None = None,
                    fresh: bool = False, show_progress: bool = True, on_ready: Callable[[Endpoint], None] | None = None,
-                   suite_options: dict[str, dict[str, Any]] | None = None) -> list[SuiteSummary]:
-    """Start (or attach to) the build's server once, run every pending suite × replicate, stop it."""
+                   suite_options: dict[str, dict[str, Any]] | None = None, timeouts: Timeouts | None = None,
+                   allow_unsandboxed: bool = False, warn: Callable[[str], None] | None = None) -> list[SuiteSummary]:
+    """Start (or attach to) the build's server once, run every pending suite × replicate, stop it.
+
+    Results already complete are a no-op: nothing is written and no server is needed.
+    """
     from qverify.serve import get_backend
 
-    workdir.ensure()
     serving = serving or ServingProfile()
+    timeouts = timeouts or timeouts_for(serving.backend)
     build_dir, manifest = resolve_build(workdir, build_ref)
     plan = make_plan(workdir, build_dir, manifest, suites, replicates, serving, limit, split, source, concurrency,
-                     error_budget, fresh, suite_options)
-    if not any(plan.pending().values()):
-        from qverify.evals.runner import finalize
+                     error_budget, fresh, suite_options, timeouts, allow_unsandboxed)
+    pending = plan.pending()
+    closed = {s.name: m for s in plan.suites if (m := plan.store(s.name).read_manifest()) and m.finished}
+    if not any(pending.values()) and len(closed) == len(plan.suites):
+        return [summarize(plan.store(s.name), s, closed[s.name]) for s in plan.suites]
+    if any(s.runs_model_code and pending[s.name] for s in plan.suites):
+        from qverify.suites.sandbox import require_sandbox
 
-        return [finalize(plan.store(s.name), s, plan.store(s.name).read_manifest()) for s in plan.suites]
+        plan.sandbox = require_sandbox(allow_unsandboxed)
+        if plan.sandbox == "unsandboxed" and warn:
+            warn("model code runs UNSANDBOXED (no bwrap here, allowed by --allow-unsandboxed): no filesystem or "
+                 "network isolation; the run is marked and never gated against sandboxed runs")
+    workdir.ensure()
     backend = get_backend(serving.backend)(build_dir, manifest, serving, workdir.logs, port=port)
     with backend as endpoint:
         if on_ready:
@@ -118,8 +142,12 @@ def ensure_runs(workdir: Workdir, cfg, baseline: str, candidates: list[str], sui
         results.append(r)
     sv = cfg.serving
     serving = resolve_profile(sv.backend, sv.profile, sv.endpoint, sv.api_key_env)
+    cl = cfg.client
+    timeouts = timeouts_for(serving.backend, cl.connect_timeout_s, cl.read_timeout_s, cl.item_timeout_s)
     for r in results:
         say(f"eval {r.manifest.build_id} ({', '.join(suites)}, {cfg.replicates} replicates) …")
         evaluate_build(workdir, r.manifest.build_id, suites, cfg.replicates, serving, cfg.limit, source=cfg.source,
-                       concurrency=sv.concurrency, error_budget=cfg.error_budget, port=sv.port, show_progress=not quiet)
+                       concurrency=sv.concurrency, error_budget=cfg.error_budget, port=sv.port, show_progress=not quiet,
+                       timeouts=timeouts, allow_unsandboxed=cfg.allow_unsandboxed,
+                       warn=out.warn if out is not None else None)
     return results[0].manifest.build_id, [r.manifest.build_id for r in results[1:]]
