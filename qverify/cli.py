@@ -49,6 +49,9 @@ class AppState:
                            fix="pass --workdir pointing at a directory (or a path to create), or set $QVERIFY_WORKDIR")
         self.verbose = verbose
         self.out = Output(json_mode=json_mode, verbose=verbose)
+        from qverify.logs import route_library_logs
+
+        route_library_logs(self.workdir.logs, verbose)
 
 
 def _version(value: bool) -> None:

@@ -115,7 +115,7 @@ class BadServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
-    def __enter__(self) -> "BadServer":
+    def __enter__(self) -> BadServer:
         self.thread.start()
         return self
 

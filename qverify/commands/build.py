@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import os
-import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -14,23 +11,10 @@ from qverify.commands._common import Count, state
 
 
 def _quiet(verbose: bool) -> None:
-    """Silence library chatter (progress bars, loguru, load reports) unless -v; stdout stays clean for --json."""
-    if verbose:
-        return
-    for var in ("TQDM_DISABLE", "LLM_COMPRESSOR_LOG_DISABLED", "COMPRESSED_TENSORS_LOG_DISABLED"):
-        os.environ.setdefault(var, "1" if var == "TQDM_DISABLE" else "true")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    for name in ("compressed_tensors", "transformers", "llmcompressor", "datasets"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore")
-    try:
-        from loguru import logger
+    """Library chatter (progress bars, loguru, load reports) to the log file unless -v (qverify.logs)."""
+    from qverify.logs import quiet_heavy_libraries
 
-        logger.disable("llmcompressor")
-        logger.disable("compressed_tensors")
-    except ImportError:  # pragma: no cover - loguru comes with llm-compressor
-        pass
+    quiet_heavy_libraries(verbose)
 
 
 def build_cmd(

@@ -47,6 +47,9 @@ def gate_cmd(
         raise BadInput("--baseline and --candidate go together", fix="pass both, or --recipe NAME, or neither (./qverify.toml)")
     else:  # --recipe NAME, or ./qverify.toml's candidates: build and evaluate what is missing
         from qverify.evals.pipeline import ensure_runs, suites_for_recipes
+        from qverify.logs import quiet_heavy_libraries
+
+        quiet_heavy_libraries(s.verbose)
 
         cands = [recipe] if recipe else list(cfg.candidates)
         names = names or suites_for_recipes(list(cfg.suites), cands)

@@ -17,7 +17,6 @@ import pytest
 
 from qverify.config import QVerifyConfig
 from qverify.evals.gate import exit_code, run_gate, synth
-from qverify.evals.store import RunStore
 
 N, K = 120, 3
 WIDTH = 100

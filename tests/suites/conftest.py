@@ -110,4 +110,4 @@ def stub_openai() -> Iterator[StubServer]:
     httpd.server_close()
 
 
-from tests.evals.conftest import bf16_build, eval_workdir  # noqa: E402,F401  (a real build for CLI eval tests)
+from tests.evals.conftest import bf16_build, eval_workdir  # noqa: F401  (a real build for CLI eval tests)
