@@ -68,6 +68,7 @@ def quiet_heavy_libraries(verbose: bool) -> None:
     """
     if verbose:
         return
+    _no_progress_bars()
     from transformers.utils import logging as tlog
 
     tlog.disable_default_handler()
@@ -79,3 +80,23 @@ def quiet_heavy_libraries(verbose: bool) -> None:
         logger.add(os.environ["LLM_COMPRESSOR_LOG_FILE"], level="INFO", serialize=True, delay=True)
     except (ImportError, ValueError, KeyError):
         pass
+
+
+def _no_progress_bars() -> None:
+    """tqdm bars off. TQDM_DISABLE only sets a default, and compressed-tensors passes `disable=`
+    explicitly ("Applying quantization config" bars on every load), so the flag is forced here."""
+    import functools
+
+    from tqdm import std
+
+    init = std.tqdm.__init__
+    if getattr(init, "_qverify_quiet", False):
+        return
+
+    @functools.wraps(init)
+    def quiet_init(self, *args, **kwargs):
+        kwargs["disable"] = True
+        init(self, *args, **kwargs)
+
+    quiet_init._qverify_quiet = True
+    std.tqdm.__init__ = quiet_init
