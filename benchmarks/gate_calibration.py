@@ -29,12 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the synthetic-run helpers
+
 from qverify.config import QVerifyConfig
-from qverify.evals.gate import gate_candidate
-from qverify.evals.gate.loader import RunData, load
-from qverify.evals.gate.metrics import expand, specs_for_suite
-from qverify.evals.gate.pairwise import f1_floor, trigger_f1
-from qverify.evals.gate.synth import item_ids, logprob_runs
+from qverify.gate import gate_candidate
+from qverify.gate.loader import RunData, load
+from qverify.gate.metrics import expand, specs_for_suite
+from qverify.gate.pairwise import f1_floor, trigger_f1
+from tests.synth import item_ids, logprob_runs
 
 ANCHOR_KEYS = {"coding": "pass@1", "toolcall": "exact_call", "longctx": "accuracy"}
 ANCHORS = ("recovery>=0.95", "rtol 0.08", "1 run, 1 point", "K2VV F1 floor")

@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover
 from qverify import __version__
 from qverify.errors import BadInput, ExitCode, QVerifyError, from_os_error
 
-_workdir: Path | None = None  # set by the root callback; where a crash log goes
+_workdir = None  # the Workdir, set by the root callback: where a crash log goes
 
 app = typer.Typer(
     name="qverify",
@@ -43,7 +43,7 @@ class AppState:
 
         self.workdir = Workdir.at(workdir)
         global _workdir
-        _workdir = self.workdir.root
+        _workdir = self.workdir
         if self.workdir.root.exists() and not self.workdir.root.is_dir():
             raise BadInput(f"workdir {self.workdir.root} is not a directory",
                            fix="pass --workdir pointing at a directory (or a path to create), or set $QVERIFY_WORKDIR")
@@ -119,7 +119,7 @@ def _crash(e: Exception, verbose: bool) -> int:
         print(text, file=sys.stderr, end="")
     name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
     where = None
-    for d in ([_workdir / "logs"] if _workdir else []) + [Path(tempfile.gettempdir())]:
+    for d in ([_workdir.logs] if _workdir else []) + [Path(tempfile.gettempdir())]:
         try:
             d.mkdir(parents=True, exist_ok=True)
             (d / name).write_text(f"qverify {__version__}\nargv: {sys.argv}\n\n{text}")

@@ -99,7 +99,7 @@ def test_binary_recipe_config_and_a_directory_as_config_are_bad_input(tmp_path):
 @pytest.fixture(scope="module")
 def gated_wd(tmp_path_factory) -> Path:
     """A workdir with two small synthetic runs, ready to gate."""
-    from qverify.evals.gate import synth
+    from tests import synth
 
     wd = tmp_path_factory.mktemp("robust") / "wd"
     rng = np.random.default_rng(0)

@@ -66,7 +66,7 @@ def test_a_complete_eval_is_a_no_op_that_needs_no_server(bf16_build, tmp_path):
     before = {p: p.read_bytes() for p in sorted(wd.rglob("*")) if p.is_file()}
     assert "ttft_s" in RunStore(run_dir / "toolcall").read_manifest().perf
 
-    from qverify.evals.gate.loader import load
+    from qverify.gate.loader import load
 
     prints = [load(wd / "runs", bf16_build.manifest.build_id, s).fingerprint for s in ("coding", "toolcall")]
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there

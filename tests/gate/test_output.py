@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from qverify.config import QVerifyConfig
-from qverify.evals.gate import exit_code, run_gate, synth
+from qverify.gate import exit_code, run_gate
+from tests import synth
 
 N, K = 120, 3
 WIDTH = 100
@@ -81,7 +82,7 @@ def test_a_terminal_gets_the_table(wd):
     """On a TTY (rich decides: here forced as a wide terminal) the full table stays."""
     from rich.console import Console
 
-    from qverify.evals.gate.render import render
+    from qverify.gate.render import render
 
     report = run_gate(wd, "base", ["cand"], suites=["coding", "toolcall"], config=QVerifyConfig(), n_boot=300,
                       write=False)

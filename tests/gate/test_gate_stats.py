@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from qverify.evals.gate import pairwise as pw
-from qverify.evals.gate import stats as st
-from qverify.evals.gate.synth import logprob_runs
+from qverify.gate import pairwise as pw
+from qverify.gate import stats as st
 from qverify.suites.kld import kl_stats
+from tests.synth import logprob_runs
 
 
 def _binary(p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from qverify.config import QVerifyConfig
-from qverify.evals.gate import run_gate, synth
-from qverify.evals.gate.pairwise import match_matrices
-from qverify.evals.pipeline import suites_for_recipes
+from qverify.gate import run_gate
+from qverify.gate.pairwise import match_matrices
 from qverify.models import ItemResult, Response, ToolCall
+from qverify.pipeline import suites_for_recipes
+from tests import synth
 
 N, K = 40, 3
 

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from qverify.evals.gate import pairwise as pw
-from qverify.evals.gate import stats as st
-from qverify.evals.gate.metrics import MetricSpec
+from qverify.gate import pairwise as pw
+from qverify.gate import stats as st
 from qverify.models import MetricResult, Verdict
+from qverify.suites.metric_spec import MetricSpec
 
 MIN_ITEMS = 10  # below this a bootstrap over items says little; no verdict but INCONCLUSIVE
 DISTANCES = ("kld", "match")  # statistics that compare each run with the baseline's runs: equivalence-tested

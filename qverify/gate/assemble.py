@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from qverify.config import MetricRule
-from qverify.evals.gate import pairwise as pw
-from qverify.evals.gate.decide import MetricData
-from qverify.evals.gate.loader import RunData
-from qverify.evals.gate.metrics import MetricSpec, apply_rules, expand, specs_for_suite
-from qverify.evals.gate.stats import paired_rows
+from qverify.gate import pairwise as pw
+from qverify.gate.decide import MetricData
+from qverify.gate.loader import RunData
+from qverify.gate.metrics import MetricSpec, apply_rules, expand, specs_for_suite
+from qverify.gate.stats import paired_rows
 
 
 def common_items(base: RunData, cand: RunData) -> list[str]:
