@@ -53,6 +53,7 @@ def route_library_logs(logs_dir: Path, verbose: bool) -> Path:
         os.environ.setdefault("TQDM_DISABLE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("LLM_COMPRESSOR_LOG_LEVEL", "")  # no console sink (it would write to stdout)
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # "Creating initial MLflow database tables..."
     os.environ.setdefault("LLM_COMPRESSOR_LOG_FILE", str(logs_dir / f"llmcompressor-{stamp}.log"))
     os.environ.setdefault("LLM_COMPRESSOR_LOG_FILE_LEVEL", "DEBUG" if verbose else "INFO")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
