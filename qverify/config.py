@@ -45,6 +45,9 @@ class ClientConfig(_Strict):
 class QVerifyConfig(_Strict):
     model: str | None = Field(None, description="local HF model dir; default: the embedded qverify-tiny")
     drafter: str | None = None
+    trust_remote_code: bool = Field(False, description="the model's own code (Kimi's tokenizer) may run; recorded per build")
+    calib_samples: int | None = Field(None, description="calibration samples (default: the recipe's)")
+    calib_seq_len: int | None = Field(None, description="tokens per calibration sample (default: the recipe's)")
     baseline: str = "bf16"
     candidates: list[str] = Field(default_factory=lambda: ["fp8kv_nvfp4shared"])
     suites: list[str] = Field(default_factory=lambda: ["coding", "toolcall", "longctx", "verifier", "kld"])

@@ -75,7 +75,7 @@ def serving_profile(sv: ServingConfig, backend: str | None = None, profile: str 
     return resolve_profile(backend, profile or sv.profile, endpoint or sv.endpoint, api_key_env or sv.api_key_env)
 
 
-def token_counter(build_dir: Path) -> Callable[[str], int]:
+def token_counter(build_dir: Path, trust_remote_code: bool = False) -> Callable[[str], int]:
     """Counts tokens with the build's tokenizer, loaded on first use: only suites that size prompts
     by tokens need it, and importing transformers costs seconds a failing or no-op eval should not pay."""
     tok = None
@@ -85,7 +85,8 @@ def token_counter(build_dir: Path) -> Callable[[str], int]:
         if tok is None:
             from transformers import AutoTokenizer
 
-            tok = AutoTokenizer.from_pretrained(build_dir)
+            # a Kimi build's tokenizer is remote code: allowed exactly when the build was made with --trust-remote-code
+            tok = AutoTokenizer.from_pretrained(build_dir, trust_remote_code=trust_remote_code)
         return len(tok(s, add_special_tokens=False)["input_ids"])
 
     return count
@@ -98,10 +99,12 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, spec: 
         raise BadInput(f"--replicates must be >= 1 (got {spec.replicates})", fix="pass --replicates 3 or more for gating")
     if spec.split not in ("held-out", "train"):
         raise BadInput(f"unknown split {spec.split!r}", fix="use --split held-out")
-    count = token_counter(build_dir)
+    count = token_counter(build_dir, bool(manifest and manifest.trust_remote_code))
+    serving = spec.serving or ServingProfile()
     objs, items = [], {}
     for name in spec.suites:
-        s = get_suite(name, count_tokens=count, **spec.suite_options.get(name, {}))
+        # the profile's per-model request settings (chat_template_kwargs, output budget), then explicit options
+        s = get_suite(name, count_tokens=count, **(serving.request_options(name) | spec.suite_options.get(name, {})))
         if spec.source not in s.sources:
             raise BadInput(f"suite {name} has no item source {spec.source!r}", fix=f"use one of: {', '.join(s.sources)}")
         s.allow_unsandboxed = spec.allow_unsandboxed
@@ -189,7 +192,8 @@ def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates:
     results = []
     for recipe in [baseline, *candidates]:
         say(f"build {recipe} …")
-        r = build(recipe, model=cfg.model, drafter=cfg.drafter, workdir=workdir.root,
+        r = build(recipe, model=cfg.model, drafter=cfg.drafter, workdir=workdir.root, trust_remote_code=cfg.trust_remote_code,
+                  calib_samples=cfg.calib_samples, calib_seq_len=cfg.calib_seq_len,
                   on_stage=None if quiet else (lambda stage, secs: say(f"  {stage} done in {secs:.1f}s") if secs is not None else None))
         say(f"  {'reused' if r.reused else 'built'} {r.manifest.build_id}")
         results.append(r)

@@ -27,6 +27,7 @@ def build_cmd(
     calib_samples: Annotated[int | None, typer.Option("--calib-samples", callback=Count, help="calibration samples (default: the recipe's)")] = None,
     calib_seq_len: Annotated[int | None, typer.Option("--calib-seq-len", callback=Count, help="tokens per calibration sample (default: the recipe's)")] = None,
     force: Annotated[bool, typer.Option("--force", help="rebuild even if the same build exists")] = False,
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="allow the model's own code (e.g. Kimi's tokenization_kimi.py); recorded in build.json")] = False,
 ) -> None:
     """Build a serving build from a recipe with llm-compressor, then verify it loads exactly."""
     s = state(ctx)
@@ -47,7 +48,8 @@ def build_cmd(
         status.start()
     try:
         res = build(recipe, model=model, drafter=drafter, workdir=s.workdir.root, out=out, calib_data=calib_data,
-                    calib_samples=calib_samples, calib_seq_len=calib_seq_len, force=force, on_stage=on_stage)
+                    calib_samples=calib_samples, calib_seq_len=calib_seq_len, force=force,
+                    trust_remote_code=trust_remote_code, on_stage=on_stage)
     finally:
         if status:
             status.stop()

@@ -81,7 +81,9 @@ class Suite(ABC):
     def request(self, item: Item, sampling: Sampling | None = None) -> dict[str, Any]:
         """OpenAI-compatible request body (without `model`) for one item."""
         s = sampling or self.sampling
-        body: dict[str, Any] = {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens}
+        # the serving profile's per-model output budget (a thinking model needs far more than the suite's default)
+        max_tokens = self.options.get("max_tokens") if s.max_tokens > 1 else s.max_tokens  # kld scores 1 token
+        body: dict[str, Any] = {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": max_tokens or s.max_tokens}
         if s.stop:
             body["stop"] = s.stop
         if item.kind == "completion":
@@ -90,6 +92,8 @@ class Suite(ABC):
                 body.update(echo=True, logprobs=s.top_logprobs or 5)
         else:
             body["messages"] = item.messages
+            if self.options.get("chat_template_kwargs"):  # e.g. Kimi K2.x thinking off for gating
+                body["chat_template_kwargs"] = dict(self.options["chat_template_kwargs"])
             if item.tools:
                 body["tools"] = item.tools
             if s.logprobs:
