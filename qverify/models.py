@@ -199,6 +199,8 @@ class RunManifest(Strict):
     error_budget: float = 0.02
     error_rate: float = 0.0
     complete: bool = False
+    sandbox: Literal["bwrap", "unsandboxed"] | None = Field(
+        None, description="where model code ran (suites that execute it); the gate never compares the two")
     perf: dict[str, float] = Field(default_factory=dict, description="ttft, decode tok/s, accept length")
     started: str = Field(default_factory=utcnow)
     finished: str | None = None
