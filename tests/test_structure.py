@@ -180,6 +180,10 @@ def test_a_suite_is_registered_in_one_place():
     for p in (PKG / "gate").glob("*.py"):
         consts = _string_constants(p)
         assert not any(c.startswith(f"{s}/") for c in consts for s in suites.names()), p
+    suite_modules = {cls.__module__ for _, cls in suites.items()}
+    graph = import_graph()
+    assert {m: graph[m] & suite_modules for m in graph if m.startswith("qverify.gate")} == \
+        {m: set() for m in graph if m.startswith("qverify.gate")}
 
 
 def module_sizes() -> list[int]:

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import ConfigOpt, state
+from qverify.commands._common import ConfigOpt, Count, state
 
 
 def gate_cmd(
@@ -22,7 +22,7 @@ def gate_cmd(
     config: ConfigOpt = None,
     suites: Annotated[str | None, typer.Option("--suites", help="comma-separated suites (default: the config's that the baseline ran)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the GateReport as JSON")] = False,
-    n_boot: Annotated[int, typer.Option("--n-boot", help="bootstrap resamples")] = 2000,
+    n_boot: Annotated[int, typer.Option("--n-boot", callback=Count, help="bootstrap resamples")] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="bootstrap seed (the gate id depends on it)")] = 0,
     no_report: Annotated[bool, typer.Option("--no-report", help="skip the MLflow upload and review report")] = False,
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: sqlite in the workdir)")] = None,
@@ -46,7 +46,10 @@ def gate_cmd(
     elif baseline or candidate:
         raise BadInput("--baseline and --candidate go together", fix="pass both, or --recipe NAME, or neither (./qverify.toml)")
     else:  # --recipe NAME, or ./qverify.toml's candidates: build and evaluate what is missing
+        from qverify.logs import quiet_heavy_libraries
         from qverify.pipeline import ensure_runs, suites_for_recipes
+
+        quiet_heavy_libraries(s.verbose)
 
         cands = [recipe] if recipe else list(cfg.candidates)
         names = names or suites_for_recipes(list(cfg.suites), cands)

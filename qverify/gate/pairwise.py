@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from qverify.models import Response
+
 # --------------------------------------------------------------------------- flips (Dutta et al. 2024)
 
 
@@ -249,6 +251,14 @@ def _fill(m: dict[str, np.ndarray], i: int, col: int, x: Encoded | None, y: Enco
 
 def _stack(cols: list[np.ndarray], n: int) -> np.ndarray:
     return np.column_stack(cols) if cols else np.full((n, 0), np.nan)
+
+
+def output_signature(response: Response | None) -> str | None:
+    """What 'the same output' means: content plus the parsed calls, in order (ids excluded: servers number them)."""
+    if response is None:
+        return None
+    calls = [(c.name, c.arguments) for c in response.tool_calls]
+    return repr((response.content or "", calls, response.finish_reason))
 
 
 def match_matrices(base: list[list[str | None]], cand: list[list[str | None]]) -> tuple[np.ndarray, np.ndarray]:

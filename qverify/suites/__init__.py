@@ -19,6 +19,18 @@ def get_suite(name: str, **kwargs: Any) -> Suite:
     return suites.get(name)(**kwargs)
 
 
+def train_examples(name: str, n: int, seed: int = 0, **options: Any) -> list[tuple[str, str]]:
+    """(prompt, answer) pairs from a suite's train split, in the chat format the model sees.
+
+    What the quantization calibration (qverify/quantize/calibration.py) and the reference-model
+    trainer (qverify/reference/) learn from; neither imports the other.
+    """
+    from qverify.chatfmt import render_chat
+
+    suite = get_suite(name, **options)
+    return [(render_chat(i.messages, i.tools), suite.answer_text(i)) for i in suite.items("train", n, seed)]
+
+
 def gate_metrics() -> list[MetricSpec]:
     """Every registered suite's gate-metric declarations, by name."""
     return sorted((spec for _, cls in suites.items() for spec in cls.gate_metrics), key=lambda s: s.name)
@@ -29,4 +41,4 @@ def suite_gate_metrics(suite: str) -> list[MetricSpec]:
     return sorted(suites.get(suite).gate_metrics, key=lambda s: s.name) if suite in suites else []
 
 
-__all__ = ["MetricSpec", "Suite", "gate_metrics", "get_suite", "suite_gate_metrics", "suites"]
+__all__ = ["MetricSpec", "Suite", "gate_metrics", "get_suite", "suite_gate_metrics", "suites", "train_examples"]

@@ -20,14 +20,6 @@ from qverify.suites.metric_spec import MetricSpec
 from qverify.suites.toolcall import generate_toolcall_items
 
 
-def output_signature(response: Response | None) -> str | None:
-    """What 'the same output' means: content plus the parsed calls, in order (ids excluded: servers number them)."""
-    if response is None:
-        return None
-    calls = [(c.name, c.arguments) for c in response.tool_calls]
-    return repr((response.content or "", calls, response.finish_reason))
-
-
 @suites.register("greedy")
 class GreedySuite(Suite):
     name = "greedy"

@@ -95,6 +95,9 @@ class LongContextSuite(Suite):
             ))
         return out
 
+    def answer_text(self, item: Item) -> str:
+        return "\n".join(item.target["answer"])
+
     def item_counts(self) -> dict[str, str]:
         return {"synthetic": f"generated (default 60; lengths {list(self.lengths)})"}
 

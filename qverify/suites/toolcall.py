@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import jsonschema
 
+from qverify.chatfmt import IM_END, render_chat
 from qverify.models import Item, Response, Sampling, Score
 from qverify.suites import toolcall_gen as gen
 from qverify.suites.base import Split, Suite, canonical_split, split_of, split_rng, suites
@@ -126,6 +127,12 @@ class ToolCallSuite(Suite):
 
             return bfcl_items(n)
         return generate_toolcall_items(self.name, split, n or self.default_n, seed)
+
+    def answer_text(self, item: Item) -> str:
+        msg = reference_message(item)
+        if msg.get("tool_calls"):  # the calls as the chat format writes them, without the role header
+            return render_chat([msg], None, add_generation_prompt=False).split("<|im_middle|>", 1)[1][: -len(IM_END)]
+        return msg["content"]
 
     def item_counts(self) -> dict[str, str]:
         return {"synthetic": "generated (default 60)", "bfcl": "BFCL v3 categories from bfcl-eval"}
