@@ -43,6 +43,8 @@ class QVerifyConfig(_Strict):
     source: str = "synthetic"
     alpha: float = 0.05
     error_budget: float = 0.02
+    noise_k: float | None = Field(None, ge=0, description="margin = max(tolerance, noise_k x the baseline's run-to-run "
+                                                           "SD of one run's mean); off by default (docs/gate.md)")
     thresholds: dict[str, MetricRule] = Field(default_factory=dict, description="per metric, e.g. 'coding/pass@1'")
     serving: ServingConfig = Field(default_factory=ServingConfig)
     tracking_uri: str | None = None

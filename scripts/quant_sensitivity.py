@@ -64,7 +64,7 @@ def main() -> int:
         if b != base and base:
             suites = [s for s in ("coding", "toolcall", "longctx", "verifier", "kld", "greedy")
                       if (wd.runs / b / s).exists() and (wd.runs / base / s).exists()]
-            rep = run_gate(wd, base, [b], suites=suites, write=False, n_boot=1000)
+            rep = run_gate(wd, base, [b], suites=suites, write=False)
             c = rep.candidates[0]
             failed = [m.metric for m in c.metrics if m.verdict == "FAIL" and m.gated]
             verdict = c.verdict + (f" ({', '.join(failed[:3])}{', …' if len(failed) > 3 else ''})" if failed else "")

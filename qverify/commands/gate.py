@@ -22,8 +22,6 @@ def gate_cmd(
     config: ConfigOpt = None,
     suites: Annotated[str | None, typer.Option("--suites", help="comma-separated suites (default: the config's that the baseline ran)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the GateReport as JSON")] = False,
-    n_boot: Annotated[int, typer.Option("--n-boot", help="bootstrap resamples")] = 2000,
-    seed: Annotated[int, typer.Option("--seed", help="bootstrap seed (the gate id depends on it)")] = 0,
     no_report: Annotated[bool, typer.Option("--no-report", help="skip the MLflow upload and review report")] = False,
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: sqlite in the workdir)")] = None,
 ) -> None:
@@ -53,7 +51,7 @@ def gate_cmd(
         with s.out.stdout_is_data():
             base_id, cand_ids = ensure_runs(s.workdir, cfg, baseline=cfg.baseline, candidates=cands, suites=names,
                                             out=s.out)
-    report = run_gate(s.workdir, base_id, cand_ids, names, cfg, n_boot=n_boot, seed=seed)
+    report = run_gate(s.workdir, base_id, cand_ids, names, cfg)
     if s.out.json_mode:
         s.out.data(report.model_dump(mode="json"))
     else:

@@ -30,13 +30,13 @@ def _row(m: MetricResult) -> list[str]:
     p = "" if m.p_value is None else f"{m.p_value:.2g}" + ("" if m.p_adjusted is None else f" ({m.p_adjusted:.2g})")
     why = m.reason + (f" → {m.advice}" if m.advice else "")
     return [m.metric, _num(m.baseline_mean) + _spread(m.baseline_spread), _num(m.candidate_mean) + _spread(m.candidate_spread),
-            f"{m.delta:+.3f} [{m.ci_low:+.3f}, {m.ci_high:+.3f}]", f"±{_num(m.noise_band)}", _num(m.tolerance),
+            f"{m.delta:+.3f} [{m.ci_low:+.3f}, {m.ci_high:+.3f}]", _num(m.noise_band), _num(m.tolerance),
             _num(m.mde), p, _flips(m), verdict, why]
 
 
 def candidate_table(c: CandidateReport, baseline: str) -> Table:
     t = Table(title=f"{c.recipe} ({c.build_id}) vs {baseline}: [{STYLE[c.verdict]}]{c.verdict}[/]", show_lines=False)
-    for col in ("metric", "baseline", "candidate", "Δ [95% CI]", "noise band", "tol", "MDE", "p (Holm)", "flips",
+    for col in ("metric", "baseline", "candidate", "Δ [one-sided bounds]", "run SD", "tol", "MDE", "p FAIL (Holm)", "flips",
                 "verdict", "why"):
         t.add_column(col, overflow="fold", max_width=60 if col == "why" else None)
     for m in sorted(c.metrics, key=lambda m: (not m.gated, m.metric)):
