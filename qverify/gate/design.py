@@ -13,8 +13,8 @@ independent draws from the suite. So:
   baseline could be, a bias the baseline side cannot have.
 * trigger-F1 is a ratio over all items. Its Delta (mean F1 over candidate-vs-baseline pairs
   minus mean F1 over baseline pairs, the same pair rule) is linearised with the item-level
-  jackknife: pv_i = n Delta - (n-1) Delta_(-i), whose mean is Delta and whose sd/sqrt(n)
-  is the jackknife SE (the delta method's, asymptotically).
+  jackknife: pv_i = n Delta - (n-1) Delta_(-i), centred on Delta; their sd/sqrt(n) is the
+  jackknife SE (the delta method's, asymptotically).
 * the run-to-run noise report: the SD of one run's suite mean across reseeded reruns,
   sqrt(mean_i s_i^2 / n) from the within-item variance over the baseline's replicates
   (different seeds by construction).
@@ -118,7 +118,9 @@ def trigger_f1_diffs(b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, float, f
     fc = float(np.mean([f for f, _ in cp]))
     loo = np.mean([x for _, x in cp], axis=0) - np.mean([x for _, x in bp], axis=0)
     delta = fc - fb
-    return n * delta - (n - 1) * loo, fb, fc
+    pv = n * delta - (n - 1) * loo
+    # centred on the plug-in Delta (their own mean is the bias-corrected one): the SE is the same
+    return pv - pv.mean() + delta, fb, fc
 
 
 def pair_matrix(values: dict[tuple[int, int], np.ndarray], pairs: list[tuple[int, int]], n: int) -> np.ndarray:

@@ -59,6 +59,14 @@ def wd(tmp_path_factory) -> Path:
         _put(wd, build, "coding", {"pass@1": synth.bernoulli(pc, K, rng)})
         trig = synth.bernoulli(np.where(q > 0, 1.0, 0.97), K, rng)
         _put(wd, build, "toolcall", {"exact_call": synth.bernoulli(q, K, rng) * trig, "trigger": trig})
+    # answers cut at max_tokens: an A/A candidate with 30% finish=length, and a broken one likewise
+    cut = rng.random((N, K)) < 0.3
+    synth.write_build(wd / "builds", "cut", recipe="cut")
+    synth.write_build(wd / "builds", "cutbad", recipe="cutbad")
+    synth.write_run(wd / "runs", "cut", "coding", synth.results("coding", synth.item_ids("coding", N),
+                                                                {"pass@1": synth.bernoulli(p, K, rng)}, length=cut))
+    synth.write_run(wd / "runs", "cutbad", "coding", synth.results(
+        "coding", synth.item_ids("coding", N), {"pass@1": synth.bernoulli(_degrade(p, 45), K, rng)}, length=cut))
     # integrity: one suite all infra errors; another item set; a build.json for another build
     _put(wd, "errs", "coding", {"pass@1": synth.bernoulli(p, K, rng)})
     synth.write_run(wd / "runs", "errs", "toolcall", synth.results(
@@ -183,6 +191,13 @@ def test_no_tool_calls_on_either_side_is_a_refusal_not_a_pass(wd):
     assert f1.verdict == "INCONCLUSIVE" and "no tool calls on either side" in f1.reason
     assert schema.verdict == "INCONCLUSIVE" and "undefined" in schema.reason
     assert r.candidates[0].verdict == "INCONCLUSIVE"
+
+
+def test_answers_cut_at_max_tokens_cannot_pass_but_shown_damage_fails(wd):
+    r = _gate(wd, "base", ["cut", "cutbad"], ["coding"], thresholds={"coding/pass@1": MetricRule(tolerance=0.06)})
+    cut, bad = _metric(r, "coding/pass@1", 0), _metric(r, "coding/pass@1", 1)
+    assert cut.verdict == "INCONCLUSIVE" and "finish=length" in cut.reason and cut.ci_low > -cut.tolerance
+    assert bad.verdict == "FAIL"
 
 
 def test_kld_is_a_one_sided_test_of_the_excess_distance(wd):
