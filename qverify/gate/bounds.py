@@ -5,7 +5,8 @@ item i's candidate mean minus its baseline mean over the replicates (replicate k
 shares a seed on both builds, so the item mean difference already carries the coupling; the
 items are the clusters). Two bounds are combined:
 
-* the t bound  mean(d) -+ t_{1-alpha, n-1} * sd(d)/sqrt(n)   (Miller 2024: clustered SE);
+* the t bound  mean(d) -+ t_{1-alpha, n-1} * sd(d)/sqrt(n)   (Miller 2024: clustered SE),
+  with Hall's (1992) skewness correction (see t_bounds);
 * for metrics bounded in [0, 1], when fewer than CLT_MIN_DISCORDANT items changed at all, an
   exact bound on the discordance (Clopper-Pearson). With d_i in [-1, 1] split into its
   positive and negative parts, E[d] = E[d+] - E[d-], and S+- = sum of the parts are counts
@@ -55,22 +56,57 @@ def cp_lower(x: np.ndarray, n: int, a: float | np.ndarray) -> np.ndarray:
     return np.where(x <= 0, 0.0, sps.beta.ppf(np.asarray(a), np.maximum(x, 1e-12), n - x + 1))
 
 
-def t_bounds(d: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _hall(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """mean, SE, Hall's (1992) skewness coefficients a = g/(3 sqrt n), b = g/(6 sqrt n) (g = m3/s^3),
+    and the degrees of freedom of the SE: n - 1 for normal d, fewer for heavy-tailed d (Var s^2 =
+    s^4 (2/(n-1) + kurt/n), matched to a chi-square's 2/df: Satterthwaite's rule). Paired item
+    differences are mostly zeros with a few large values, so their excess kurtosis is large."""
     n = d.shape[-1]
     mean = d.mean(axis=-1)
-    se = d.std(axis=-1, ddof=1) / np.sqrt(n) if n > 1 else np.full(mean.shape, np.inf)
-    q = sps.t.ppf(1 - alpha, max(n - 1, 1))
-    return mean, se, mean - q * se, mean + q * se
-
-
-def _t_p(mean: np.ndarray, se: np.ndarray, tol: float, n: int, upper_tail: bool) -> np.ndarray:
-    """p of the t test at the margin -tol; se = 0 gives 0 or 1 by the sign (0.5 exactly at the margin)."""
+    sd = d.std(axis=-1, ddof=1) if n > 1 else np.full(mean.shape, np.inf)
+    c = d - mean[..., None]
+    m3, m4 = (c ** 3).mean(axis=-1), (c ** 4).mean(axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        z = (mean + tol) / se
+        g = np.nan_to_num(np.where(sd > 0, m3 / sd ** 3, 0.0))
+        kurt = np.clip(np.nan_to_num(np.where(sd > 0, m4 / sd ** 4 - 3, 0.0)), 0, None)
+    df = np.maximum(2 / (2 / max(n - 1, 1) + kurt / n), 1.0)
+    return mean, sd / np.sqrt(n), g / (3 * np.sqrt(n)), g / (6 * np.sqrt(n)), df
+
+
+def _g(w: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Hall's monotone transform of W = (mean - mu)/SE: w + a w^2 + a^2 w^3 / 3 + b."""
+    return w + a * w ** 2 + a ** 2 * w ** 3 / 3 + b
+
+
+def _g_inv(t: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = (np.cbrt(3 * a * (t - b) + 1) - 1) / a
+    return np.where(np.abs(a) > 1e-12, w, t - b)
+
+
+def t_bounds(d: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """mean, SE, and one-sided (1 - alpha) bounds of the skewness-corrected t (Hall 1992).
+
+    The plain t bound's one-sided error is O(1/sqrt n) times the skewness of d, and paired
+    differences of a damaged build are skewed (losses outnumber gains): at Delta = -tol with
+    1,500 items it passed 6% instead of 5% (benchmarks/gate_oc.py). Hall's transform of the
+    studentised mean removes that term and stays monotone, so bounds and p-values agree.
+    """
+    mean, se, a, b, df = _hall(d)
+    q = sps.t.ppf(1 - alpha, df)
+    return mean, se, mean - _g_inv(q, a, b) * se, mean - _g_inv(-q, a, b) * se
+
+
+def _t_p(d: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """(p_pass, p_fail) of the corrected t test at the margin -tol; SE = 0 decides by the sign."""
+    mean, se, a, b, df = _hall(d)
     side = mean + tol
-    z = np.where(se > 0, z, np.where(side > 0, np.inf, np.where(side < 0, -np.inf, 0.0)))
-    z = np.nan_to_num(z, nan=0.0, posinf=np.inf, neginf=-np.inf)
-    return sps.t.sf(z, max(n - 1, 1)) if upper_tail else sps.t.cdf(z, max(n - 1, 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = side / se
+    w = np.where(se > 0, w, np.where(side > 0, np.inf, np.where(side < 0, -np.inf, 0.0)))
+    w = np.nan_to_num(w, nan=0.0, posinf=np.inf, neginf=-np.inf)
+    t = np.where(np.isfinite(w), _g(np.where(np.isfinite(w), w, 0.0), a, b), w)
+    return sps.t.sf(t, df), sps.t.cdf(t, df)
 
 
 def _exact(sp: np.ndarray, sn: np.ndarray, n: int, a: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -105,8 +141,7 @@ def paired_bounds(d: np.ndarray, tol: float, alpha: float = 0.05, bounded: bool 
     d = np.asarray(d, float)
     n = d.shape[-1]
     mean, se, lo, hi = t_bounds(d, alpha)
-    p_pass = _t_p(mean, se, tol, n, upper_tail=True)
-    p_fail = _t_p(mean, se, tol, n, upper_tail=False)
+    p_pass, p_fail = _t_p(d, tol)
     exact = np.zeros(mean.shape, bool)
     if bounded:
         exact = ((d != 0).sum(axis=-1)) < CLT_MIN_DISCORDANT
