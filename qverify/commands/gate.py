@@ -22,6 +22,8 @@ def gate_cmd(
     config: ConfigOpt = None,
     suites: Annotated[str | None, typer.Option("--suites", help="comma-separated suites (default: the config's that the baseline ran)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the GateReport as JSON")] = False,
+    budget: Annotated[str | None, typer.Option("--budget", help="gate in rounds within this budget: a time (10m, 90s) "
+                                                            "or a request count; stops when decided, resumes")] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="skip the MLflow upload and review report")] = False,
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: sqlite in the workdir)")] = None,
 ) -> None:
@@ -50,12 +52,24 @@ def gate_cmd(
         names = names or suites_for_recipes(list(cfg.suites), cands)
         with s.out.stdout_is_data():
             base_id, cand_ids = ensure_runs(s.workdir, cfg, baseline=cfg.baseline, candidates=cands, suites=names,
-                                            out=s.out)
-    report = run_gate(s.workdir, base_id, cand_ids, names, cfg)
+                                            out=s.out, evaluate=budget is None)
+    looks = None
+    if budget is not None:
+        from qverify.gate.rounds import gate_in_rounds
+
+        with s.out.stdout_is_data():
+            report, looks, _ = gate_in_rounds(s.workdir, cfg, base_id, cand_ids, names or list(cfg.suites), budget,
+                                              show_progress=not s.out.json_mode)
+    else:
+        report = run_gate(s.workdir, base_id, cand_ids, names, cfg)
     if s.out.json_mode:
         s.out.data(report.model_dump(mode="json"))
     else:
         render(report, s.out.console)
+        if looks:
+            from qverify.evals.gate.render import render_looks
+
+            render_looks(report, s.out.console)
         s.out.info(f"wrote {s.workdir.gate_dir(report.gate_id) / 'gate.json'}")
     code = exit_code(report)
     if cfg.report and not no_report:

@@ -27,7 +27,7 @@ def token_counter(build_dir: Path) -> Callable[[str], int]:
 def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, suites: list[str], replicates: int,
               serving: ServingProfile, limit: int | None = None, split: str = "held-out", source: str = "synthetic",
               concurrency: int = 8, error_budget: float = 0.02, fresh: bool = False,
-              suite_options: dict[str, dict[str, Any]] | None = None) -> EvalPlan:
+              suite_options: dict[str, dict[str, Any]] | None = None, grow: bool = False) -> EvalPlan:
     from qverify.suites import get_suite
 
     if replicates < 1:
@@ -44,7 +44,7 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, suites
         items[name] = s.items(split, limit or s.default_n, source=source)[: limit or None]
     plan = EvalPlan(build_id=manifest.build_id, manifest=manifest, suites=objs, items=items, replicates=replicates,
                     runs_root=workdir.runs, serving=serving, concurrency=concurrency, error_budget=error_budget,
-                    split=split, source=source, fresh=fresh)
+                    split=split, source=source, fresh=fresh, grow=grow)
     plan.check_existing()
     return plan
 
@@ -65,7 +65,7 @@ def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str], r
                    serving: ServingProfile | None = None, limit: int | None = None, split: str = "held-out",
                    source: str = "synthetic", concurrency: int = 8, error_budget: float = 0.02, port: int | None = None,
                    fresh: bool = False, show_progress: bool = True, on_ready: Callable[[Endpoint], None] | None = None,
-                   suite_options: dict[str, dict[str, Any]] | None = None) -> list[SuiteSummary]:
+                   suite_options: dict[str, dict[str, Any]] | None = None, grow: bool = False) -> list[SuiteSummary]:
     """Start (or attach to) the build's server once, run every pending suite × replicate, stop it."""
     from qverify.serve import get_backend
 
@@ -73,7 +73,7 @@ def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str], r
     serving = serving or ServingProfile()
     build_dir, manifest = resolve_build(workdir, build_ref)
     plan = make_plan(workdir, build_dir, manifest, suites, replicates, serving, limit, split, source, concurrency,
-                     error_budget, fresh, suite_options)
+                     error_budget, fresh, suite_options, grow)
     if not any(plan.pending().values()):
         from qverify.evals.runner import finalize
 
@@ -97,8 +97,8 @@ def suites_for_recipes(suites: list[str], recipes: list[str]) -> list[str]:
     return suites
 
 
-def ensure_runs(workdir: Workdir, cfg, baseline: str, candidates: list[str], suites: list[str], out=None
-                ) -> tuple[str, list[str]]:
+def ensure_runs(workdir: Workdir, cfg, baseline: str, candidates: list[str], suites: list[str], out=None,
+                evaluate: bool = True) -> tuple[str, list[str]]:
     """`qverify gate --recipe`: build the baseline and candidates if missing, run missing evals, return build ids.
 
     Builds are content-addressed, so a second call reuses them; evals resume, so only what
@@ -118,7 +118,7 @@ def ensure_runs(workdir: Workdir, cfg, baseline: str, candidates: list[str], sui
         results.append(r)
     sv = cfg.serving
     serving = resolve_profile(sv.backend, sv.profile, sv.endpoint, sv.api_key_env)
-    for r in results:
+    for r in results if evaluate else []:  # `gate --budget` evaluates in rounds itself
         say(f"eval {r.manifest.build_id} ({', '.join(suites)}, {cfg.replicates} replicates) …")
         evaluate_build(workdir, r.manifest.build_id, suites, cfg.replicates, serving, cfg.limit, source=cfg.source,
                        concurrency=sv.concurrency, error_budget=cfg.error_budget, port=sv.port, show_progress=not quiet)

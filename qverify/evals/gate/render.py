@@ -53,3 +53,26 @@ def render(report: GateReport, console: Console) -> None:
             for r in c.reasons[:8]:
                 console.print(f"  • {r}", highlight=False, markup=False)
     console.print(f"gate {report.gate_id}: [{STYLE[report.verdict]}]{report.verdict}[/]")
+
+
+def render_looks(report: GateReport, console: Console) -> None:
+    """The sequential gate: each look's level, items and requests, and each metric's bounds at that look."""
+    seq = report.config.get("sequential") or {}
+    looks = seq.get("looks", [])
+    if not looks:
+        return
+    t = Table(title=f"sequential gate {seq.get('id')}: {len(looks)} of {seq['plan']['looks']} planned looks")
+    for col in ("look", "level", "items", "requests", "time", "metric bounds [Δ low, high] → verdict"):
+        t.add_column(col, overflow="fold", max_width=90 if col.startswith("metric") else None)
+    for lk in looks:
+        cells = []
+        for cand, ms in lk["metrics"].items():
+            for name, m in sorted(ms.items()):
+                cells.append(f"{cand}:{name} [{m['lo']:+.3f}, {m['hi']:+.3f}] → {m['verdict']}")
+        items = ", ".join(f"{s} {n}" for s, n in lk["items"].items()) or "-"
+        t.add_row(str(lk["look"]), f"{lk['level']:.4f}", items, str(lk["requests"]), f"{lk['seconds']:.0f}s",
+                  "\n".join(cells) or "(nothing left undecided)")
+    console.print(t)
+    last = looks[-1]
+    console.print(f"the budget bought {last['requests']} requests in {last['seconds']:.0f}s"
+                  + (f"; finite sources exhausted: {', '.join(last['exhausted'])}" if last.get("exhausted") else ""))
