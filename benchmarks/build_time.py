@@ -42,7 +42,7 @@ def main() -> None:
 
     from qverify.assets import default_model_dir
     from qverify.quantize import build, list_recipes
-    from qverify.quantize.tiny import make_tiny_model
+    from tests.tiny import make_tiny_model
 
     names = [n for n in args.recipes.split(",") if n] or [r.recipe.name for r in list_recipes()]
     with tempfile.TemporaryDirectory() as tmp:

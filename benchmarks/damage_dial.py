@@ -34,8 +34,8 @@ corrupt:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from qverify.evals.gate.gate import run_gate
-    from qverify.evals.pipeline import evaluate_build
+    from qverify.gate.gate import run_gate
+    from qverify.pipeline import evaluate_build
     from qverify.quantize.build import build
     from qverify.workdir import Workdir
 
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     recipes_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     base = build("bf16", workdir=wd.root).manifest.build_id
-    evaluate_build(wd, base, suites, a.replicates, limit=a.limit, show_progress=False)
+    evaluate_build(wd, base, suites, replicates=a.replicates, limit=a.limit, show_progress=False)
     rows = []
     print("| sigma | seed | metric | baseline | candidate | Δ | one-sided 95% bounds | verdict |")
     print("|---|---|---|---|---|---|---|---|")
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             path = recipes_dir / f"noise_{sigma:g}_{seed}.yaml"
             path.write_text(RECIPE.format(sigma=sigma, seed=seed))
             cand = build(str(path), workdir=wd.root).manifest.build_id
-            evaluate_build(wd, cand, suites, a.replicates, limit=a.limit, show_progress=False)
+            evaluate_build(wd, cand, suites, replicates=a.replicates, limit=a.limit, show_progress=False)
             rep = run_gate(wd, base, [cand], suites, QVerifyConfig(), write=False)
             for m in rep.candidates[0].metrics:
                 if not m.gated:

@@ -28,8 +28,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from qverify.config import QVerifyConfig
-    from qverify.evals.gate.gate import run_gate
-    from qverify.evals.pipeline import evaluate_build
+    from qverify.gate.gate import run_gate
+    from qverify.pipeline import EvalSpec, evaluate_build
     from qverify.quantize.build import build
     from qverify.workdir import Workdir
 
@@ -53,7 +53,7 @@ def main() -> None:
     cand = timed(f"build {args.recipe}", lambda: build(args.recipe, workdir=wd.root))
     for b in (base, cand):
         timed(f"eval {b.manifest.recipe}", lambda b=b: evaluate_build(
-            wd, b.manifest.build_id, cfg.suites, cfg.replicates, limit=cfg.limit, show_progress=False))
+            wd, b.manifest.build_id, spec=EvalSpec.from_config(cfg), show_progress=False))
     report = timed("gate", lambda: run_gate(wd, base.manifest.build_id, [cand.manifest.build_id], cfg.suites, cfg))
     if not args.no_report:
         from qverify.reports.upload import upload_gate

@@ -29,12 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the synthetic-run helpers
+
 from qverify.config import QVerifyConfig
-from qverify.evals.gate import gate_candidate
-from qverify.evals.gate.loader import RunData, load
-from qverify.evals.gate.metrics import expand, specs_for_suite
-from qverify.evals.gate.pairwise import f1_floor, trigger_f1
-from qverify.evals.gate.synth import item_ids, logprob_runs
+from qverify.gate import gate_candidate
+from qverify.gate.loader import RunData, load
+from qverify.gate.metrics import expand, specs_for_suite
+from qverify.gate.pairwise import f1_floor, trigger_f1
+from tests.synth import item_ids, logprob_runs
 
 ANCHOR_KEYS = {"coding": "pass@1", "toolcall": "exact_call", "longctx": "accuracy"}
 ANCHORS = ("recovery>=0.95", "rtol 0.08", "1 run, 1 point", "K2VV F1 floor")
@@ -221,7 +223,7 @@ def run_condition(src: Source, trials: int, kb: int, kc: int, cfg: QVerifyConfig
         base, cand = src.draw(kb, kc, rng)
         if frac:
             cand = {s: (r if s == "kld" else inject(r, frac, rng)) for s, r in cand.items()}
-        rep = gate_candidate("cand", "cand", base, cand, cfg.thresholds, cfg.alpha, n_boot, seed=t)
+        rep = gate_candidate("cand", "cand", base, cand, cfg.thresholds, cfg.alpha)  # n_boot, t: unused since v2
         tally.add(rep.verdict, anchor_verdicts(base, cand),
                   [m.metric for m in rep.metrics if m.gated and m.verdict == rep.verdict != "PASS"])
         effects += [np.nanmean(cand[s].scores[k]) - np.nanmean(base[s].scores[k])

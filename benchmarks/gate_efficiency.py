@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     if args.workdir and args.baseline:
-        from qverify.evals.gate.loader import load
+        from qverify.gate.loader import load
 
         models = fitted({s: load(args.workdir / "runs", args.baseline, s) for s in PRIMARY
                          if (args.workdir / "runs" / args.baseline / s).exists()})

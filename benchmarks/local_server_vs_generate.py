@@ -32,9 +32,9 @@ def main() -> None:
     torch.set_num_threads(1)
     from qverify.assets import default_model_dir
     from qverify.models import ServingProfile
-    from qverify.serve.engine import Engine, GenRequest
+    from qverify.serve.embedded.engine import Engine, GenRequest
+    from qverify.serve.embedded.model_loader import load_for_serving
     from qverify.serve.local import LocalBackend
-    from qverify.serve.model_loader import load_for_serving
     from qverify.suites.coding import CodingSuite
 
     model_dir = args.model or default_model_dir()

@@ -8,12 +8,22 @@ that implements the thing.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 from qverify.errors import BadInput
 
 T = TypeVar("T")
+
+
+def unknown_message(kind: str, name: str, known: Iterable[str], lookup: str | None = None) -> str:
+    """'unknown <kind> <name>; did you mean <closest>?': the one wording of an unknown name everywhere.
+
+    `lookup` is the normalised form that was looked up, when it differs from what the user typed.
+    """
+    close = difflib.get_close_matches(name if lookup is None else lookup, list(known), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown {kind} {name!r}{hint}"
 
 
 class Registry(Generic[T]):
@@ -40,9 +50,7 @@ class Registry(Generic[T]):
             raise BadInput(self.unknown_message(name), fix=f"use one of: {', '.join(self.names())}") from None
 
     def unknown_message(self, name: str) -> str:
-        close = difflib.get_close_matches(name, self.names(), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        return f"unknown {self.kind} {name!r}{hint}"
+        return unknown_message(self.kind, name, self.names())
 
     def names(self) -> list[str]:
         return sorted(self._entries)

@@ -1,9 +1,41 @@
-"""The workdir layout (README, "Workdir"): builds/, runs/, gates/, logs/, mlflow.db."""
+"""The workdir layout (README, "Workdir"): builds/, runs/, gates/, logs/, mlflow.db.
+
+The only module that knows folder and file names on disk and the only one that parses
+build.json: everything else asks a `Workdir` (or `read_build_manifest` for a build dir
+given by path) for a path or a manifest.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from qverify.errors import BadInput
+from qverify.models import BuildManifest
+
+BUILD_MANIFEST = "build.json"
+GATE_REPORT = "gate.json"
+
+
+def manifest_path(build_dir: Path) -> Path:
+    return Path(build_dir) / BUILD_MANIFEST
+
+
+def is_build(build_dir: Path) -> bool:
+    """A finished qverify build: a directory with a build.json."""
+    return manifest_path(build_dir).is_file()
+
+
+def read_build_manifest(build_dir: Path) -> BuildManifest:
+    """build.json of a build dir; OSError if missing, ValueError if invalid (callers word the error)."""
+    return BuildManifest.model_validate_json(manifest_path(build_dir).read_text())
+
+
+def read_build_manifest_dict(build_dir: Path) -> dict[str, Any]:
+    """build.json as plain JSON, for readers that take any checkpoint and only look up a few keys."""
+    return json.loads(manifest_path(build_dir).read_text())
 
 
 @dataclass(frozen=True)
@@ -11,11 +43,13 @@ class Workdir:
     root: Path
 
     @classmethod
-    def at(cls, path: str | Path) -> "Workdir":
+    def at(cls, path: str | Path | Workdir) -> Workdir:
+        if isinstance(path, Workdir):
+            return path
         root = Path(path).expanduser().resolve()
         return cls(root)
 
-    def ensure(self) -> "Workdir":
+    def ensure(self) -> Workdir:
         for p in (self.builds, self.runs, self.gates, self.logs):
             p.mkdir(parents=True, exist_ok=True)
         return self
@@ -47,37 +81,80 @@ class Workdir:
     def build_dir(self, build_id: str) -> Path:
         return self.builds / build_id
 
+    def build_manifest_path(self, build_id: str) -> Path:
+        return manifest_path(self.build_dir(build_id))
+
     def run_dir(self, build_id: str, suite: str) -> Path:
         return self.runs / build_id / suite
 
     def gate_dir(self, gate_id: str) -> Path:
         return self.gates / gate_id
 
+    def gate_report_path(self, gate_id: str) -> Path:
+        return self.gate_dir(gate_id) / GATE_REPORT
 
-def resolve_build(workdir: Workdir, ref: str | Path):
-    """A build id under <workdir>/builds/ (or a unique prefix of one), or a build directory.
+    def gate_ids(self) -> list[str]:
+        """Gates with a gate.json, by id."""
+        return sorted(p.parent.name for p in self.gates.glob(f"*/{GATE_REPORT}")) if self.gates.is_dir() else []
 
-    Returns (build_dir, BuildManifest). A plain HF model dir without build.json is refused:
-    every evaluated artifact must carry a manifest.
-    """
-    from qverify.errors import BadInput
-    from qverify.models import BuildManifest
+    def build_manifest(self, build_id: str) -> BuildManifest | None:
+        """The build's manifest, or None when it has no (valid) build.json."""
+        try:
+            return read_build_manifest(self.build_dir(build_id))
+        except (OSError, ValueError):
+            return None
 
-    p = Path(ref)
-    if not (p / "build.json").exists():
-        cand = workdir.builds / str(ref)
-        if (cand / "build.json").exists():
-            p = cand
-        else:
-            matches = [d for d in workdir.builds.glob(f"{ref}*") if (d / "build.json").exists()] if workdir.builds.exists() else []
-            if len(matches) == 1:
-                p = matches[0]
+    def build_dirs(self) -> list[Path]:
+        """Finished builds (with build.json), by id; dot-dirs are temp dirs of running or killed builds."""
+        if not self.builds.is_dir():
+            return []
+        return [d for d in sorted(self.builds.iterdir()) if not d.name.startswith(".") and is_build(d)]
+
+    def resolve_build(self, ref: str | Path) -> tuple[Path, BuildManifest]:
+        """A build id under builds/ (or a unique prefix of one), or a build directory.
+
+        Returns (build_dir, BuildManifest). A plain HF model dir without build.json is refused:
+        every evaluated artifact must carry a manifest.
+        """
+        p = Path(ref)
+        if not is_build(p):
+            cand = self.build_dir(str(ref))
+            if is_build(cand):
+                p = cand
             else:
-                known = sorted(d.name for d in workdir.builds.glob("*") if (d / "build.json").exists()) if workdir.builds.exists() else []
-                raise BadInput(f"no build {str(ref)!r} in {workdir.builds}" + (" (ambiguous prefix)" if matches else ""),
-                               fix=f"run `qverify builds` to list them ({len(known)} known) or `qverify build --recipe NAME`")
-    try:
-        return p, BuildManifest.model_validate_json((p / "build.json").read_text())
-    except ValueError as e:
-        raise BadInput(f"{p / 'build.json'} is not a valid build manifest: {str(e).splitlines()[0]}",
-                       fix="rebuild it with `qverify build --force`") from None
+                matches = [d for d in self.builds.glob(f"{ref}*") if is_build(d)] if self.builds.exists() else []
+                if len(matches) == 1:
+                    p = matches[0]
+                else:
+                    known = sorted(d.name for d in self.builds.glob("*") if is_build(d)) if self.builds.exists() else []
+                    raise BadInput(f"no build {str(ref)!r} in {self.builds}" + (" (ambiguous prefix)" if matches else ""),
+                                   fix=f"run `qverify builds` to list them ({len(known)} known) or `qverify build --recipe NAME`")
+        try:
+            return p, read_build_manifest(p)
+        except ValueError as e:
+            raise BadInput(f"{manifest_path(p)} is not a valid build manifest: {str(e).splitlines()[0]}",
+                           fix="rebuild it with `qverify build --force`") from None
+
+    def resolve_build_id(self, ref: str) -> str:
+        """A build id as filed under runs/ and builds/: exact id, unique id prefix, or unique recipe name."""
+        if (self.runs / ref).is_dir() or is_build(self.build_dir(ref)):
+            return ref
+        try:
+            path, _ = self.resolve_build(ref)
+            return path.name
+        except BadInput:
+            by_recipe = []
+            for d in sorted(self.builds.glob("*")) if self.builds.exists() else []:
+                if is_build(d):
+                    try:
+                        if read_build_manifest(d).recipe == ref:
+                            by_recipe.append(d.name)
+                    except ValueError:
+                        continue
+            if len(by_recipe) == 1:
+                return by_recipe[0]
+            if len(by_recipe) > 1:
+                raise BadInput(f"recipe {ref!r} has {len(by_recipe)} builds: {', '.join(by_recipe)}",
+                               fix="pass the build id instead of the recipe name") from None
+            raise
+

@@ -42,8 +42,8 @@ def main() -> int:
     ap.add_argument("--workdir", type=Path, default=Path(".qverify"))
     ap.add_argument("--write-card", action="store_true")
     args = ap.parse_args()
-    from qverify.evals.gate.gate import run_gate
-    from qverify.evals.gate.loader import load
+    from qverify.gate.gate import run_gate
+    from qverify.gate.loader import load
     from qverify.workdir import Workdir
 
     wd = Workdir.at(args.workdir)

@@ -19,7 +19,7 @@ def _one_torch_thread():
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from qverify.quantize.tiny import make_tiny_model
+    from tests.tiny import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 

@@ -7,11 +7,10 @@ spec-sheet numbers that way.
 
 from __future__ import annotations
 
-import difflib
-
 from pydantic import BaseModel, ConfigDict
 
 from qverify.errors import BadInput
+from qverify.registry import unknown_message
 
 GB = 10**9
 GIB = 2**30
@@ -36,10 +35,8 @@ def gpu(name: str, hbm_gb: float | None = None) -> GPU:
             raise BadInput(f"--hbm-gb must be positive, got {hbm_gb}", fix="pass the GPU memory in GB, e.g. --hbm-gb 141")
         return GPU(name=key, hbm_bytes=round(hbm_gb * GB), source="--hbm-gb override")
     if key not in HBM_GB:
-        close = difflib.get_close_matches(key, list(HBM_GB), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
         raise BadInput(
-            f"unknown GPU {name!r}{hint}",
+            unknown_message("GPU", name, HBM_GB, lookup=key),
             fix=f"use one of: {', '.join(sorted(HBM_GB))}, or give its memory with --hbm-gb",
         )
     return GPU(name=key, hbm_bytes=round(HBM_GB[key] * GB))

@@ -1,26 +1,24 @@
 """What a recipe does to memory: KV dtype and the weight scheme per module class.
 
-The planner only needs this small summary, so it stays independent of the build
-machinery: `quant_plan(name)` reads qverify/quantize/recipes/<name>.yaml (or a YAML
-path) through qverify.quantize's validated recipe model, or as plain YAML if that does
-not import, and otherwise uses the built-in table below, which also holds planner-only
-variants for published full-size checkpoints (nvfp4_experts, int4_experts).
+`quant_plan(name)` reads a shipped recipe (or a recipe YAML path) through qverify.quantize's
+validated recipe model and derives the summary from its llm-compressor stages; the only
+table here is the planner-only variants for published full-size checkpoints
+(nvfp4_experts, int4_experts), which have no recipe to build with.
 """
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from qverify.capacity.kv import KVDtype
 from qverify.capacity.schemes import SchemeName
 from qverify.capacity.weights import LINEAR_CLASSES
 from qverify.errors import BadInput
+from qverify.registry import unknown_message
 
 
 class QuantPlan(BaseModel):
@@ -30,7 +28,7 @@ class QuantPlan(BaseModel):
     kv_dtype: KVDtype = "bf16"
     schemes: dict[str, SchemeName] = Field(default_factory=dict, description="module class -> weight scheme; absent = bf16")
     drafter_scheme: SchemeName = "bf16"
-    source: str = "built-in table"
+    source: str = "planner-only table"
     description: str = ""
 
     @field_validator("schemes")
@@ -42,18 +40,8 @@ class QuantPlan(BaseModel):
         return {k: s for k, s in v.items() if s != "bf16"}
 
 
-_NV_ALL = {c: "nvfp4" for c in ("attention", "dense_mlp", "routed_experts", "shared_experts")}
-BUILTIN: dict[str, QuantPlan] = {p.name: p for p in [
-    QuantPlan(name="bf16", description="baseline, nothing quantized"),
-    QuantPlan(name="fp8kv", kv_dtype="fp8", description="FP8 e4m3 KV cache"),
-    QuantPlan(name="fp8kv_badscale", kv_dtype="fp8", description="control: fp8kv with shrunk scales (same memory)"),
-    QuantPlan(name="nvfp4shared", schemes={"shared_experts": "nvfp4"}, description="NVFP4 shared experts"),
-    QuantPlan(name="fp8kv_nvfp4shared", kv_dtype="fp8", schemes={"shared_experts": "nvfp4"}),
-    QuantPlan(name="fp8drafter", drafter_scheme="fp8", description="FP8_DYNAMIC drafter"),
-    QuantPlan(name="fp8kv_nvfp4shared_fp8drafter", kv_dtype="fp8", schemes={"shared_experts": "nvfp4"},
-              drafter_scheme="fp8", description="the production candidate"),
-    QuantPlan(name="nvfp4_all", schemes=_NV_ALL, description="lossy control: NVFP4 on every Linear but lm_head"),
-    # Planner-only: the layouts behind published full-size Kimi K2.6 figures.
+# Planner-only: the layouts behind published full-size Kimi K2.6 figures (no recipe builds them here).
+PLANNER_ONLY: dict[str, QuantPlan] = {p.name: p for p in [
     QuantPlan(name="nvfp4_experts", schemes={"routed_experts": "nvfp4"},
               description="NVFP4 routed experts, the rest bf16 (the published 595 GB Kimi K2.6 figure)"),
     QuantPlan(name="fp8kv_nvfp4_experts", kv_dtype="fp8", schemes={"routed_experts": "nvfp4"}),
@@ -147,45 +135,20 @@ def from_tree(tree: dict[str, Any], name: str, source: str) -> QuantPlan:
                      description=str(tree.get("description") or ""))
 
 
-def from_recipe_yaml(text: str, name: str, source: str) -> QuantPlan:
-    """The same from raw YAML text, for when qverify.quantize is not importable."""
-    try:
-        tree = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        raise BadInput(f"{source}: malformed YAML ({str(e).splitlines()[0]})", fix="fix the recipe file") from None
-    if not isinstance(tree, dict):
-        raise BadInput(f"{source}: a recipe must be a YAML mapping", fix="see docs/build.md, 'Recipe format'")
-    return from_tree(tree, name, source)
-
-
-def recipe_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "quantize" / "recipes"
-
-
-def _load_validated(name_or_path: str, path: Path) -> QuantPlan:
-    """Through qverify.quantize's recipe model (extra="forbid", file:line:col errors) when it imports."""
-    try:
-        from qverify.quantize.recipe import load_recipe
-    except ImportError:
-        return from_recipe_yaml(path.read_text(), path.stem, str(path))
-    loaded = load_recipe(name_or_path)
-    source = f"qverify/quantize/recipes/{path.name}" if loaded.builtin else str(path)
-    return from_tree(loaded.recipe.model_dump(mode="json"), loaded.recipe.name, source)
-
-
 def quant_plan(name_or_path: str) -> QuantPlan:
-    """The QuantPlan for a recipe name or a recipe YAML path; planner-only names come from BUILTIN."""
+    """The QuantPlan for a recipe name or a recipe YAML path; planner-only names come from PLANNER_ONLY."""
+    from qverify.quantize.recipe import list_recipes, load_recipe
+
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml"):
         if not p.is_file():
             raise BadInput(f"recipe file {p} does not exist", fix="pass a recipe name or an existing YAML path")
-        return _load_validated(name_or_path, p)
-    shipped = recipe_dir() / f"{name_or_path}.yaml"
-    if shipped.is_file():
-        return _load_validated(name_or_path, shipped)
-    if name_or_path in BUILTIN:
-        return BUILTIN[name_or_path]
-    known = sorted(set(BUILTIN) | {f.stem for f in recipe_dir().glob("*.yaml")})
-    close = difflib.get_close_matches(name_or_path, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise BadInput(f"unknown recipe {name_or_path!r}{hint}", fix=f"use one of: {', '.join(known)}")
+    elif name_or_path in PLANNER_ONLY:
+        return PLANNER_ONLY[name_or_path]
+    else:
+        known = sorted({r.recipe.name for r in list_recipes()} | set(PLANNER_ONLY))
+        if name_or_path not in known:
+            raise BadInput(unknown_message("recipe", name_or_path, known), fix=f"use one of: {', '.join(known)}")
+    loaded = load_recipe(name_or_path)  # extra="forbid", file:line:col errors
+    source = f"qverify/quantize/recipes/{loaded.path.name}" if loaded.builtin else str(loaded.path)
+    return from_tree(loaded.recipe.model_dump(mode="json"), loaded.recipe.name, source)

@@ -10,6 +10,7 @@ from typing import Any
 from qverify.capacity.quantplan import QuantPlan
 from qverify.capacity.weights import WeightsEstimate, checkpoint_weights
 from qverify.errors import BadInput
+from qverify.workdir import BUILD_MANIFEST, is_build, manifest_path
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -72,9 +73,9 @@ def load_build(arg: str, builds_dir: Path) -> BuildInputs:
     if not (d / "config.json").is_file():
         raise BadInput(f"{d} has no config.json", fix="pass a build or Hugging Face checkpoint directory")
     config = read_json(d / "config.json", "config")
-    manifest = read_json(d / "build.json", "build manifest") if (d / "build.json").is_file() else {}
+    manifest = read_json(manifest_path(d), "build manifest") if is_build(d) else {}
     recipe = str(manifest.get("recipe") or "checkpoint")
-    source = "build.json" if manifest.get("kv_dtype") else "config.json quantization_config"
+    source = BUILD_MANIFEST if manifest.get("kv_dtype") else "config.json quantization_config"
     quant = QuantPlan(name=recipe, kv_dtype=_kv_dtype(manifest, config), source=source)
     draft = d / "drafter"
     has_drafter = (draft / "config.json").is_file()

@@ -86,16 +86,14 @@ def _size(p: Path) -> int:
 
 def builds_cmd(ctx: typer.Context) -> None:
     """List builds in the workdir: id, recipe, source, size, KV bytes/token, created."""
-    from qverify.models import BuildManifest
+    from qverify.workdir import read_build_manifest
 
     s = state(ctx)
     rows, data = [], []
     root = s.workdir.builds
-    for d in sorted(root.iterdir()) if root.is_dir() else []:
-        if d.name.startswith(".") or not (d / "build.json").is_file():
-            continue  # temp dirs of running or killed builds
+    for d in s.workdir.build_dirs():
         try:
-            m = BuildManifest.model_validate_json((d / "build.json").read_text())
+            m = read_build_manifest(d)
         except ValueError:
             rows.append([d.name, "?", "invalid build.json", "", "", ""])
             continue
@@ -118,8 +116,8 @@ def verify_build_cmd(
     from qverify.quantize.loader import verify_build
 
     p = Path(build)
-    if not p.is_dir() and (s.workdir.builds / build).is_dir():
-        p = s.workdir.builds / build
+    if not p.is_dir() and s.workdir.build_dir(build).is_dir():
+        p = s.workdir.build_dir(build)
     report = verify_build(p)
     s.out.data(report.model_dump())
     if not s.out.json_mode:

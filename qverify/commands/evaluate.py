@@ -1,42 +1,49 @@
-"""`qverify eval BUILD`: replicated, resumable suite runs against one served build."""
+"""`qverify eval BUILD`: replicated, resumable suite runs against one served build.
+
+Settings come from qverify.toml (`--config`), each flag overriding its key; a flag left unset
+keeps the file's value, else QVerifyConfig's default.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from qverify.commands._common import state
-
-DEFAULT_SUITES = "coding,toolcall,longctx,verifier,kld"
+from qverify.commands._common import ConfigOpt, state
 
 
 def eval_cmd(
     ctx: typer.Context,
     build: Annotated[str, typer.Argument(help="build id (or prefix) under <workdir>/builds, or a build dir")],
-    suites: Annotated[str, typer.Option(help="comma-separated suite names; lmeval:<task> for lm-eval tasks")] = DEFAULT_SUITES,
-    replicates: Annotated[int, typer.Option(help="runs per item (seeds differ per replicate)")] = 3,
+    suites: Annotated[str | None, typer.Option(help="comma-separated suite names; lmeval:<task> for lm-eval tasks "
+                                                    "(default: qverify.toml's suites)")] = None,
+    replicates: Annotated[int | None, typer.Option(help="runs per item, seeds differ per replicate (default 3)")] = None,
     backend: Annotated[str | None, typer.Option(help="local | sglang | endpoint (default: from --profile, else local)")] = None,
     profile: Annotated[str | None, typer.Option(help="serving profile name or YAML (sglang)")] = None,
     endpoint: Annotated[str | None, typer.Option(help="URL of a running server (backend endpoint)")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="env var holding the endpoint's API key")] = None,
-    concurrency: Annotated[int, typer.Option(help="requests in flight")] = 8,
+    concurrency: Annotated[int | None, typer.Option(help="requests in flight (default 8)")] = None,
     limit: Annotated[int | None, typer.Option(help="items per suite (default: each suite's own)")] = None,
     split: Annotated[str, typer.Option(help="held-out (default) or train")] = "held-out",
-    source: Annotated[str, typer.Option(help="synthetic, or a suite's real-data source (humaneval, bfcl)")] = "synthetic",
+    source: Annotated[str | None, typer.Option(help="synthetic (default), or a suite's real-data source (humaneval, bfcl)")] = None,
     port: Annotated[int | None, typer.Option(help="server port (default: a free one)")] = None,
-    error_budget: Annotated[float, typer.Option(help="max infrastructure-error rate for a complete run")] = 0.02,
+    error_budget: Annotated[float | None, typer.Option(help="max infrastructure-error rate for a complete run (default 0.02)")] = None,
     fresh: Annotated[bool, typer.Option(help="start suites whose stored results don't match over")] = False,
+    config: ConfigOpt = None,
 ) -> None:
     """Run suites with replicates against a served build (one server launch per build)."""
-    from qverify.evals.pipeline import evaluate_build
-    from qverify.serve.profile import resolve_profile
+    from qverify.config import load_config
+    from qverify.pipeline import EvalSpec, evaluate_build, serving_profile
 
     s = state(ctx)
-    serving = resolve_profile(backend, profile, endpoint, api_key_env)
-    names = [x.strip() for x in suites.split(",") if x.strip()]
-    summaries = evaluate_build(s.workdir, build, names, replicates, serving, limit, split, source, concurrency,
-                               error_budget, port, fresh, show_progress=not s.out.json_mode)
+    cfg = load_config(Path(config) if config else None)
+    names = [x.strip() for x in suites.split(",") if x.strip()] if suites is not None else None
+    spec = EvalSpec.from_config(cfg, suites=names, replicates=replicates, concurrency=concurrency, limit=limit,
+                                split=split, source=source, port=port, error_budget=error_budget, fresh=fresh,
+                                serving=serving_profile(cfg.serving, backend, profile, endpoint, api_key_env))
+    summaries = evaluate_build(s.workdir, build, spec=spec, show_progress=not s.out.json_mode)
     s.out.table("eval", ["suite", "metric", "mean", "replicate spread", "errors", "complete", "tok/s/req", "accept len", "TTFT ms"],
                 [x.row() for x in summaries])
     s.out.data([x.__dict__ for x in summaries])

@@ -30,8 +30,8 @@ def gate_cmd(
     """Decide PASS / FAIL / INCONCLUSIVE against run-to-run noise."""
     from qverify.config import load_config
     from qverify.errors import BadInput
-    from qverify.evals.gate import exit_code, run_gate
-    from qverify.evals.gate.render import render
+    from qverify.gate import exit_code, run_gate
+    from qverify.gate.render import render
 
     s = state(ctx)
     if json_out:
@@ -41,12 +41,12 @@ def gate_cmd(
     if baseline and candidate:
         if recipe:
             raise BadInput("--recipe and --baseline/--candidate are alternatives", fix="pass one or the other")
-        base_id = resolve_ref(s.workdir, baseline)
-        cand_ids = [resolve_ref(s.workdir, c) for c in candidate]
+        base_id = s.workdir.resolve_build_id(baseline)
+        cand_ids = [s.workdir.resolve_build_id(c) for c in candidate]
     elif baseline or candidate:
         raise BadInput("--baseline and --candidate go together", fix="pass both, or --recipe NAME, or neither (./qverify.toml)")
     else:  # --recipe NAME, or ./qverify.toml's candidates: build and evaluate what is missing
-        from qverify.evals.pipeline import ensure_runs, suites_for_recipes
+        from qverify.pipeline import ensure_runs, suites_for_recipes
 
         cands = [recipe] if recipe else list(cfg.candidates)
         names = names or suites_for_recipes(list(cfg.suites), cands)
@@ -67,19 +67,18 @@ def gate_cmd(
     else:
         render(report, s.out.console)
         if looks:
-            from qverify.evals.gate.render import render_looks
+            from qverify.gate.render import render_looks
 
             render_looks(report, s.out.console)
-        s.out.info(f"wrote {s.workdir.gate_dir(report.gate_id) / 'gate.json'}")
+        s.out.info(f"wrote {s.workdir.gate_report_path(report.gate_id)}")
     code = exit_code(report)
     if cfg.report and not no_report:
-        from qverify.commands.report import report_after_gate
-
         # A tracking failure never changes the verdict; it only turns a PASS's exit code into 3 (infrastructure),
         # so automation notices that the release review was not uploaded. The replay command is printed.
         from rich.console import Console
 
         from qverify.output import Output
+        from qverify.reports.publish import report_after_gate
 
         # the report step talks on stderr only, so `--json` stdout stays one document (the GateReport)
         quiet = Output(json_mode=False, console=Console(stderr=True))
@@ -88,33 +87,6 @@ def gate_cmd(
         if rc and code == 0:
             code = rc
     raise typer.Exit(code)
-
-
-def resolve_ref(workdir, ref: str) -> str:
-    """A build id as filed under runs/ and builds/: exact id, unique id prefix, or unique recipe name."""
-    from qverify.errors import BadInput
-    from qverify.models import BuildManifest
-    from qverify.workdir import resolve_build
-
-    if (workdir.runs / ref).is_dir() or (workdir.build_dir(ref) / "build.json").exists():
-        return ref
-    try:
-        path, _ = resolve_build(workdir, ref)
-        return path.name
-    except BadInput:
-        by_recipe = []
-        for p in sorted(workdir.builds.glob("*/build.json")) if workdir.builds.exists() else []:
-            try:
-                if BuildManifest.model_validate_json(p.read_text()).recipe == ref:
-                    by_recipe.append(p.parent.name)
-            except ValueError:
-                continue
-        if len(by_recipe) == 1:
-            return by_recipe[0]
-        if len(by_recipe) > 1:
-            raise BadInput(f"recipe {ref!r} has {len(by_recipe)} builds: {', '.join(by_recipe)}",
-                           fix="pass the build id instead of the recipe name") from None
-        raise
 
 
 def register(app: typer.Typer) -> None:

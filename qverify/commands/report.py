@@ -8,61 +8,13 @@ A tracking failure exits 3 with the replay command; it never changes a verdict.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from qverify.commands._common import state
 
 TrackingUriOpt = Annotated[str | None, typer.Option("--tracking-uri", help="MLflow server or DB (default: MLFLOW_TRACKING_URI, else sqlite in the workdir)")]
-
-
-def _upload(workdir: Path, gate_id: str, tracking_uri: str | None, registry: bool, out: Any) -> Any:
-    from qverify.reports.artifacts import stage
-    from qverify.reports.bundle import load_gate
-    from qverify.reports.upload import upload_gate
-
-    staged = stage(load_gate(workdir, gate_id))
-    out.info(f"report: {staged.report_html}")
-    return upload_gate(workdir, gate_id, tracking_uri, registry=registry, staged=staged)
-
-
-def _show(out: Any, res: Any) -> None:
-    out.data({"gate_id": res.gate_id, "verdict": res.verdict, "tracking_uri": res.tracking_uri, "experiment_id": res.experiment_id,
-              "run_id": res.run_id, "skipped": res.skipped, "superseded": res.superseded, "build_runs": res.build_runs,
-              "registered": [vars(v) for v in res.registered], "report_dir": str(res.report_dir)})
-    what = "already uploaded, skipped" if res.skipped else "uploaded"
-    out.info(f"gate {res.gate_id} ({res.verdict}) {what}: run {res.run_id} in experiment {res.experiment_id} at {res.tracking_uri}")
-    if res.superseded:
-        out.info(f"marked {len(res.superseded)} run(s) of an earlier partial upload superseded and FAILED")
-    for v in res.registered:
-        out.info(f"registered {v.name} version {v.version} (build {v.build_id[:12]})" + (f", alias {v.alias}" if v.alias else ""))
-
-
-def report_after_gate(workdir: Path, gate_id: str, tracking_uri: str | None = None, *, registry: bool = True, out: Any = None) -> int:
-    """For `qverify gate`: write the review and upload it. Returns 0, or 3 after a warning; never raises, never touches the verdict."""
-    from qverify.errors import QVerifyError
-    from qverify.output import Output
-    from qverify.reports.tracking import replay_command, resolve
-
-    out = out or Output()
-    from qverify.reports.bundle import as_path
-
-    wd = as_path(workdir)
-    try:
-        _show(out, _upload(wd, gate_id, tracking_uri, registry, out))
-        return 0
-    except QVerifyError as e:
-        out.warn(f"release review not uploaded; the verdict stands. {e.one_line()}")
-    except Exception as e:  # noqa: BLE001 - a reporter bug must not cost the gate its verdict
-        out.warn(f"release review failed ({type(e).__name__}: {e}); the verdict stands.")
-    try:
-        replay = replay_command(gate_id, wd, resolve(wd, tracking_uri))
-    except QVerifyError:
-        replay = f"qverify report --gate {gate_id}"
-    out.warn(f"replay with: {replay}")
-    return 3
 
 
 def report_cmd(
@@ -75,6 +27,7 @@ def report_cmd(
 ) -> None:
     """Upload a gate to MLflow and write the release-review report."""
     from qverify.errors import BadInput
+    from qverify.reports.publish import show_upload, stage_and_upload
 
     st = state(ctx)
     if compare == (gate is not None):
@@ -82,7 +35,7 @@ def report_cmd(
     if baseline and not compare:
         raise BadInput("--baseline applies only with --compare", fix="drop --baseline, or add --compare")
     if gate is not None:
-        _show(st.out, _upload(st.workdir.root, gate, tracking_uri, not no_registry, st.out))
+        show_upload(st.out, stage_and_upload(st.workdir, gate, tracking_uri, not no_registry, st.out))
         return
     import math
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import signal
 import sys
 import time
@@ -35,17 +34,16 @@ def serve_cmd(
     from qverify.serve import get_backend
     from qverify.serve.base import free_port, tail
     from qverify.serve.profile import resolve_profile
-    from qverify.workdir import resolve_build
 
     s = state(ctx)
     prof = resolve_profile(backend, profile, endpoint, api_key_env)
-    build_dir, manifest = resolve_build(s.workdir, build)
+    build_dir, manifest = s.workdir.resolve_build(build)
     srv = get_backend(prof.backend)(build_dir, manifest, prof, s.workdir.logs, port=port)
 
     if dry_run:
         if srv.port is None and prof.backend != "endpoint":
             srv.port = free_port()  # so the printed command is a runnable one
-        lines = srv.shell_lines() if hasattr(srv, "shell_lines") else ([shlex.join(c)] if (c := srv.command()) else [])
+        lines = srv.shell_lines()
         if s.out.json_mode:
             s.out.data({"backend": prof.backend, "profile": prof.name, "commands": lines, "command": srv.command()})
         else:

@@ -61,8 +61,8 @@ class EvalPlan:
     replicates: int
     runs_root: Path
     serving: ServingProfile
-    concurrency: int = 8
-    error_budget: float = 0.02
+    concurrency: int  # defaults: qverify.config.QVerifyConfig, through qverify.pipeline.EvalSpec
+    error_budget: float
     split: str = "held-out"
     source: str = "synthetic"
     fresh: bool = False

@@ -10,9 +10,9 @@ from qverify.workdir import Workdir
 
 def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], suites: list[str],
                    budget: str, show_progress: bool = True) -> tuple[GateReport, list[Look], Plan]:
-    from qverify.evals.gate.gate import run_gate, write_report
-    from qverify.evals.pipeline import evaluate_build
     from qverify.evals.store import RunStore
+    from qverify.gate.gate import run_gate, write_report
+    from qverify.pipeline import EvalSpec, evaluate_build
     from qverify.serve.profile import resolve_profile
     from qverify.suites import get_suite
 
@@ -24,8 +24,8 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
     def evaluate(build: str, want: dict[str, int]) -> dict[str, int]:
         for n in sorted(set(want.values())):  # one server session per distinct item count
             group = [s for s, m in want.items() if m == n]
-            evaluate_build(wd, build, group, cfg.replicates, serving, n, source=cfg.source, concurrency=sv.concurrency,
-                           error_budget=cfg.error_budget, port=sv.port, show_progress=show_progress, grow=True)
+            spec = EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving)
+            evaluate_build(wd, build, spec=spec, show_progress=show_progress)
         got = {}
         for s in want:
             m = RunStore(wd.runs / build / s).read_manifest()

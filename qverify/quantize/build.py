@@ -28,6 +28,7 @@ from qverify.models import BuildManifest, content_hash
 from qverify.quantize import manifest as mf
 from qverify.quantize.loader import DRAFTER_DIR, VerifyReport, verify_build
 from qverify.quantize.recipe import LoadedRecipe, load_recipe
+from qverify.workdir import Workdir, is_build, manifest_path
 
 OnStage = Callable[[str, float | None], None]
 _MODEL_FILES = ("config.json", "generation_config.json")
@@ -153,7 +154,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
         key = {"source": source_hash, "drafter": drafter_hash, "recipe": rec.digest, "versions": vers,
                "calibration": calib.describe() | {"source": None} if calib else None}
         build_id = f"{rec.name}-{content_hash(key, 12)}"
-        out_dir = Path(out).expanduser().resolve() if out else Path(workdir).expanduser().resolve() / "builds" / build_id
+        out_dir = Path(out).expanduser().resolve() if out else Workdir.at(workdir).build_dir(build_id)
         reused = _reuse(out_dir, build_id, force)
         if reused is not None:
             return BuildResult(out_dir, reused, reused=True, seconds=seconds)
@@ -178,7 +179,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
                 bytes_by_dtype=by_dtype, total_bytes=sum(by_dtype.values()), kv_dtype=kv_dtype,
                 kv_bytes_per_token=mf.kv_bytes_per_token(config, kv_dtype), tensor_hashes=mf.hash_dir(tmp),
                 control=rec.control)
-            (tmp / mf.MANIFEST).write_text(manifest.model_dump_json(indent=2))
+            manifest_path(tmp).write_text(manifest.model_dump_json(indent=2))
         with _stage("verify", on_stage, seconds):
             try:
                 report = verify_build(tmp)
@@ -200,7 +201,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
 def _reuse(out_dir: Path, build_id: str, force: bool) -> BuildManifest | None:
     if not out_dir.exists() or force:
         return None
-    if not (out_dir / mf.MANIFEST).is_file():
+    if not is_build(out_dir):
         raise BadInput(f"{out_dir} exists and is not a qverify build", fix="pass --force to replace it, or another --out")
     manifest = mf.read_manifest(out_dir)
     if manifest.build_id != build_id:

@@ -41,11 +41,11 @@ class CalibrationSet:
 
 def _suite_texts(task: str, n: int, seq_len: int) -> list[str]:
     from qverify.chatfmt import IM_END
-    from qverify.reference.data import examples
+    from qverify.suites import train_examples
 
     # Long-context items sized to roughly fill the sequence (chars ~ 3x tokens here).
-    exs = examples(task, n, seed=0, count_tokens=None, longctx_len=max(128, min(seq_len, 1024)))
-    return [e.prompt + e.answer + IM_END for e in exs]
+    options = {"lengths": [max(128, min(seq_len, 1024))]} if task == "longctx" else {}
+    return [prompt + answer + IM_END for prompt, answer in train_examples(task, n, 0, **options)]
 
 
 def _render_row(row: dict[str, Any], where: str) -> str:

@@ -17,8 +17,8 @@ from typing import Any
 
 from qverify.errors import BadInput
 from qverify.models import BuildManifest, SchemeSummary
+from qverify.workdir import BUILD_MANIFEST, manifest_path, read_build_manifest
 
-MANIFEST = "build.json"
 WHOLE_FILE = "*"
 _CHUNK = 1 << 22
 DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
@@ -80,7 +80,7 @@ def hash_dir(root: Path, tensors_only: bool = False) -> dict[str, str]:
     """'relpath::tensor' -> sha256 for every file under root except build.json (sorted)."""
     out: dict[str, str] = {}
     for p in sorted(root.rglob("*")):
-        if not p.is_file() or p.name == MANIFEST:
+        if not p.is_file() or p.name == BUILD_MANIFEST:
             continue
         rel = p.relative_to(root).as_posix()
         if p.suffix == ".safetensors":
@@ -176,13 +176,13 @@ def _preset_name(group: dict[str, Any], presets: dict[str, dict], fallback: str)
 
 
 def read_manifest(build_dir: Path) -> BuildManifest:
-    path = build_dir / MANIFEST
+    path = manifest_path(build_dir)
     if not build_dir.is_dir():
         raise BadInput(f"build dir {build_dir} not found", fix="pass a directory listed by 'qverify builds'")
     if not path.is_file():
         raise IntegrityError(f"{build_dir} has no build.json: not a finished qverify build", fix="build it with 'qverify build'")
     try:
-        return BuildManifest.model_validate_json(path.read_text())
+        return read_build_manifest(build_dir)
     except ValueError as e:
         raise IntegrityError(f"{path} is not a valid build manifest ({str(e).splitlines()[0]})", fix="rebuild it with --force") from None
 

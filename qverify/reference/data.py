@@ -21,10 +21,7 @@ import random
 from dataclasses import dataclass
 
 from qverify.chatfmt import IM_END, render_chat
-from qverify.suites import longctx_gen
-from qverify.suites.coding import CodingSuite
-from qverify.suites.longctx import LongContextSuite
-from qverify.suites.toolcall import generate_toolcall_items, reference_message
+from qverify.suites import longctx_gen, train_examples
 
 TASK_MIX = {"coding": 0.30, "toolcall": 0.28, "longctx": 0.30, "copy": 0.04, "induction": 0.08}
 INDUCTION_FRACTION = 0.20  # pure random-token induction first
@@ -36,17 +33,6 @@ LONGCTX_LENGTHS = (128, 256, 512, 768, 1024)
 class Example:
     prompt: str
     answer: str
-
-
-def answer_text(item) -> str:
-    if item.suite == "coding":
-        return item.target["reference"]
-    if item.suite == "longctx":
-        return "\n".join(item.target["answer"])
-    msg = reference_message(item)
-    if msg.get("tool_calls"):
-        return render_chat([msg], None, add_generation_prompt=False).split("<|im_middle|>", 1)[1][: -len(IM_END)]
-    return msg["content"]
 
 
 def _copy_example(rng: random.Random) -> Example:
@@ -64,15 +50,10 @@ def examples(task: str, batch: int, seed: int, count_tokens, longctx_len: int = 
     rng = random.Random(f"train:{task}:{seed}")
     if task == "copy":
         return [_copy_example(rng) for _ in range(batch)]
-    if task == "coding":
-        items = CodingSuite().items("train", batch, seed)
-    elif task == "toolcall":
-        items = generate_toolcall_items("toolcall", "train", batch, seed)
-    elif task == "longctx":
-        items = LongContextSuite(count_tokens=count_tokens, lengths=[longctx_len]).items("train", batch, seed)
-    else:
+    if task not in ("coding", "toolcall", "longctx"):
         raise ValueError(task)
-    return [Example(render_chat(i.messages, i.tools), answer_text(i)) for i in items]
+    options = {"count_tokens": count_tokens, "lengths": [longctx_len]} if task == "longctx" else {}
+    return [Example(p, a) for p, a in train_examples(task, batch, seed, **options)]
 
 
 def corpus_for_tokenizer(n: int = 400) -> list[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from qverify.reports.bundle import GateBundle, item_rows
 from qverify.reports.redact import redact_command, redact_obj, redact_text, refresh
 from qverify.reports.review import Review, build_review
+from qverify.workdir import BUILD_MANIFEST
 
 MAX_LOG_BYTES = 2_000_000  # the tail of a server log is what explains a failure
 
@@ -42,7 +43,7 @@ def _stage_build(bundle: GateBundle, build_id: str, out: Path) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     m = bundle.builds.get(build_id)
     if m is not None:
-        _write_json(d / "build.json", m.model_dump(mode="json"))
+        _write_json(d / BUILD_MANIFEST, m.model_dump(mode="json"))
         (d / "recipe.yaml").write_text(redact_text(m.recipe_text))
     cmd = bundle.server_command(build_id)
     if cmd:

@@ -14,7 +14,7 @@ from typing import Any
 from qverify.errors import BadInput
 from qverify.evals.store import load_run
 from qverify.models import BuildManifest, CandidateReport, GateReport, ItemResult, MetricResult, RunManifest
-from qverify.workdir import Workdir
+from qverify.workdir import Workdir, is_build, read_build_manifest
 
 _GATE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -47,8 +47,12 @@ class GateBundle:
         return self.gate.gate_id
 
     @property
+    def wd(self) -> Workdir:
+        return Workdir.at(self.workdir)
+
+    @property
     def gate_dir(self) -> Path:
-        return self.workdir / "gates" / self.gate_id
+        return self.wd.gate_dir(self.gate_id)
 
     @property
     def build_ids(self) -> list[str]:
@@ -142,17 +146,16 @@ def check_gate_id(gate_id: str) -> str:
 
 def as_path(workdir: Path | str | Workdir) -> Path:
     """Commands hold a Workdir, library callers a path: accept both."""
-    return (workdir.root if isinstance(workdir, Workdir) else Path(workdir)).resolve()
+    return Workdir.at(workdir).root
 
 
-def load_gate(workdir: Path | Workdir, gate_id: str) -> GateBundle:
-    workdir = as_path(workdir)
-    gate_dir = workdir / "gates" / check_gate_id(gate_id)
-    path = gate_dir / "gate.json"
+def load_gate(workdir: Path | str | Workdir, gate_id: str) -> GateBundle:
+    wd = Workdir.at(workdir)
+    path = wd.gate_report_path(check_gate_id(gate_id))
     if not path.exists():
-        known = sorted(p.parent.name for p in (workdir / "gates").glob("*/gate.json"))
+        known = wd.gate_ids()
         hint = f"known gates: {', '.join(known[-5:])}" if known else "run 'qverify gate' first"
-        raise BadInput(f"no gate {gate_id!r} in {workdir / 'gates'}", fix=hint)
+        raise BadInput(f"no gate {gate_id!r} in {wd.gates}", fix=hint)
     try:
         gate = GateReport.model_validate_json(path.read_text())
     except ValueError as e:
@@ -160,15 +163,14 @@ def load_gate(workdir: Path | Workdir, gate_id: str) -> GateBundle:
                        fix="re-run 'qverify gate' to rewrite it") from None
     builds: dict[str, BuildManifest | None] = {}
     for b in [gate.baseline] + [c.build_id for c in gate.candidates]:
-        bj = workdir / "builds" / b / "build.json"
-        builds[b] = BuildManifest.model_validate_json(bj.read_text()) if bj.exists() else None
-    bundle = GateBundle(workdir=workdir, gate=gate, builds=builds, runs={})
+        builds[b] = read_build_manifest(wd.build_dir(b)) if is_build(wd.build_dir(b)) else None
+    bundle = GateBundle(workdir=wd.root, gate=gate, builds=builds, runs={})
     for b in builds:
         for s in bundle.suites:
-            manifest, results = load_run(workdir / "runs", b, s)
+            manifest, results = load_run(wd.runs, b, s)
             if manifest is not None or results:
                 bundle.runs[(b, s)] = SuiteRun(b, s, manifest, results)
-        logs = workdir / "logs"
+        logs = wd.logs
         bundle.logs[b] = sorted(p for p in logs.glob(f"*{b[:12]}*") if p.is_file()) if logs.is_dir() else []
     return bundle
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from qverify.models import BuildManifest
 from qverify.reports.bundle import GateBundle, perf_value
+from qverify.reports.rows import fmt_bytes
 
 GIB = 2**30
 
@@ -126,18 +127,3 @@ def recipe_changes(base: BuildManifest | None, cand: BuildManifest | None) -> li
     if base and base.source_hash != cand.source_hash:
         out.append("⚠ built from a different source model than the baseline")
     return out or ["no quantization or serving change against the baseline (an A/A rebuild)"]
-
-
-def fmt_bytes(n: float | None) -> str:
-    if not n:
-        return "–"
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= div:
-            return f"{n / div:,.2f} {unit}"
-    return f"{int(n)} B"
-
-
-def fmt_tokens(n: float | None) -> str:
-    if n is None:
-        return "–"
-    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k" if n >= 1e4 else f"{n:,.0f}"

@@ -6,7 +6,8 @@ import base64
 from html import escape
 
 from qverify.reports.flips import response_text
-from qverify.reports.report import (
+from qverify.reports.review import Review
+from qverify.reports.rows import (
     CAPACITY_COLUMNS,
     PERF_COLUMNS,
     PLOT_TITLES,
@@ -17,7 +18,6 @@ from qverify.reports.report import (
     perf_rows,
     projection,
 )
-from qverify.reports.review import Review
 
 CSS = """
 :root { --pass:#1a7f37; --fail:#cf222e; --inc:#9a6700; --muted:#57606a; --line:#d0d7de; --bg:#f6f8fa; }

@@ -6,10 +6,11 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qverify.models import CandidateReport, MetricResult
+from qverify.models import CandidateReport
 from qverify.reports.bundle import GateBundle
 from qverify.reports.facts import BuildFacts, build_facts, recipe_changes
 from qverify.reports.flips import Flip, flipped
+from qverify.reports.rows import fmt_delta
 
 VERDICT_WORD = {"PASS": "passes", "FAIL": "fails", "INCONCLUSIVE": "is inconclusive"}
 
@@ -24,50 +25,6 @@ class Review:
     flip_counts: dict[str, dict[str, int]]
     commands: list[str]
     plots: dict[str, Path] = field(default_factory=dict)
-
-
-def is_rate(m: MetricResult) -> bool:
-    """Accuracy-like metrics read as percentages; distances (kld) stay raw."""
-    return "kld" not in m.metric and all(0.0 <= v <= 1.0 for v in (m.baseline_mean, m.candidate_mean))
-
-
-def fmt_value(m: MetricResult, v: float | None) -> str:
-    if v is None:
-        return "–"
-    return f"{100 * v:.1f}%" if is_rate(m) else f"{v:.4g}"
-
-
-def fmt_delta(m: MetricResult, v: float, signed: bool = True, unit: bool = True) -> str:
-    s = f"{100 * v:+.1f}" if is_rate(m) else f"{v:+.3g}" if unit else f"{v:+.2g}"
-    s = s if signed else s.lstrip("+")
-    return s.replace("-", "−") + (" pts" if is_rate(m) and unit else "")
-
-
-def fmt_spread(m: MetricResult, spread: list[float]) -> str:
-    if len(spread) < 2:
-        return ""
-    lo, hi = min(spread), max(spread)
-    return f"{100 * lo:.1f}–{100 * hi:.1f}" if is_rate(m) else f"{lo:.3g}–{hi:.3g}"
-
-
-def fmt_p(m: MetricResult) -> str:
-    if m.p_value is None:
-        return "–"
-    f = lambda p: f"{p:.2g}" if p >= 0.001 else "<0.001"
-    return f(m.p_value) + (f" / {f(m.p_adjusted)}" if m.p_adjusted is not None else "")
-
-
-_FLIP_SYMBOL = {"regressed": "↓", "improved": "↑"}
-
-
-def fmt_flips(m: MetricResult) -> str:
-    """regressed/improved as ↓n ↑n, then the flip rate against the baseline's own replicate-to-replicate rate."""
-    f = m.flips
-    parts = [f"{sym}{f[k]:g}" for k, sym in _FLIP_SYMBOL.items() if k in f]
-    if "rate" in f:
-        parts.append(f"({f['rate']:.0%}" + (f" vs {f['baseline_rate']:.0%} base)" if "baseline_rate" in f else ")"))
-    parts += [f"{k}={v:.3g}" for k, v in f.items() if k not in (*_FLIP_SYMBOL, "rate", "baseline_rate")]
-    return " ".join(parts) or "–"
 
 
 def _candidate_clause(c: CandidateReport) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qverify.errors import InfraError, QVerifyError
+from qverify.workdir import Workdir
 
 # Applied unless the user set them: a refused connection fails in about 3 s (one 2 s
 # backoff; 2.7 s measured here), a black-holed one in about 3 x timeout.
@@ -61,16 +62,16 @@ def safe_uri(uri: str) -> str:
 
 def resolve(workdir: Path, tracking_uri: str | None = None) -> TrackingTarget:
     """--tracking-uri, else MLFLOW_TRACKING_URI, else sqlite in the workdir (the file: store is in maintenance mode)."""
-    workdir = Path(workdir).resolve()
+    wd = Workdir.at(workdir)
     explicit = bool(tracking_uri)
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{workdir / 'mlflow.db'}"
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{wd.mlflow_db}"
     if uri.startswith("file:") or ("://" not in uri and not uri.startswith("databricks")):
         from qverify.errors import BadInput
 
         raise BadInput(f"tracking URI {uri!r} is MLflow's file store, which is in maintenance mode",
-                       fix=f"use sqlite:///{workdir / 'mlflow.db'} or an http(s):// MLflow server")
+                       fix=f"use sqlite:///{wd.mlflow_db} or an http(s):// MLflow server")
     remote = uri.startswith(("http://", "https://"))
-    root = None if remote else (workdir / "mlartifacts").as_uri()
+    root = None if remote else wd.mlflow_artifacts.as_uri()
     return TrackingTarget(uri=uri, artifact_root=root, explicit=explicit)
 
 

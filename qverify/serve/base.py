@@ -8,6 +8,7 @@ on failure, and a stop that ends the whole group (no orphans).
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -77,9 +78,21 @@ class ServerBackend(ABC):
     def stop(self) -> None:
         """Stop what start() launched. Idempotent."""
 
+    # where the server's log goes (a launched process's output, an endpoint's probe log); None before start()
+    log_path: Path | None = None
+
     def command(self) -> list[str] | None:
         """The launch command, for launched backends (recorded in the RunManifest)."""
         return None
+
+    def redacted_command(self) -> list[str] | None:
+        """The launch command as recorded in manifests, with secrets shown as ${VAR}."""
+        return self.command()
+
+    def shell_lines(self) -> list[str]:
+        """What `qverify serve --dry-run` prints: one runnable shell line per process (none when attaching)."""
+        cmd = self.command()
+        return [shlex.join(cmd)] if cmd else []
 
     def alive(self) -> bool:
         return True
@@ -165,8 +178,3 @@ class LaunchedServer:
 
 backends: Registry[type[ServerBackend]] = Registry("serving backend")
 
-
-def get_backend(name: str) -> type[ServerBackend]:
-    import qverify.serve  # noqa: F401  (registers the backends)
-
-    return backends.get(name)

@@ -1,4 +1,4 @@
-"""local: the embedded CPU server, launched as its own process (python -m qverify.serve.local_server)."""
+"""local: the embedded CPU server, launched as its own process (python -m qverify.serve.embedded.server)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class LocalBackend(ServerBackend):
 
     def command(self) -> list[str]:
         flags = self.profile.flags
-        cmd = [sys.executable, "-m", "qverify.serve.local_server", "--build", str(self.build_dir),
+        cmd = [sys.executable, "-m", "qverify.serve.embedded.server", "--build", str(self.build_dir),
                "--host", self.host, "--port", str(self.port or 0)]
         if flags.get("threads"):
             cmd += ["--threads", str(flags["threads"])]

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from qverify.errors import BadInput
 from qverify.models import ServingProfile
 from qverify.registry import Registry
+from qverify.serve.sglang_flags import SGLangFlags
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 DEFAULT_PROFILE = {"local": "local", "sglang": "b200-tp4", "endpoint": None}
@@ -31,7 +32,7 @@ class _Flags(BaseModel):
 
 
 class LocalFlags(_Flags):
-    """Flags of the embedded CPU server (python -m qverify.serve.local_server)."""
+    """Flags of the embedded CPU server (python -m qverify.serve.embedded.server)."""
 
     threads: int | None = Field(None, ge=1, description="torch threads per worker")
     max_batch: int | None = Field(None, ge=1, description="largest batch the server forms")
@@ -44,56 +45,10 @@ class EndpointFlags(_Flags):
     """An attached endpoint launches nothing, so it takes no flags."""
 
 
-class SGLangFlags(_Flags):
-    """SGLang 0.5.23 server arguments a profile may set, by SGLang's field names."""
-
-    python: str | None = Field(None, description="interpreter on the serving node (default: this one)")
-    host: str | None = Field(None, description="bind address (default: the backend's host, 127.0.0.1)")
-    mem_fraction_static: float | None = Field(None, gt=0, le=1)
-    context_length: int | None = Field(None, gt=0)
-    enable_hierarchical_cache: bool = False
-    hicache_ratio: float | None = Field(None, gt=0, description="host KV pool size / device KV pool size")
-    tool_call_parser: str | None = "kimi_k2"
-    reasoning_parser: str | None = None
-    use_drafter: bool = Field(True, description="speculative decoding with the build's drafter, when it has one")
-    speculative_algorithm: str | None = Field(
-        None, description="None: from the drafter (STANDALONE for a separate draft model, EAGLE/EAGLE3 for a head)")
-    speculative_num_steps: int | None = Field(None, ge=1)
-    speculative_eagle_topk: int | None = Field(None, ge=1)
-    speculative_num_draft_tokens: int | None = Field(None, ge=2)
-    enable_deterministic_inference: bool = Field(False, description="batch-invariant kernels; ~34% slower")
-    random_seed: int | None = None
-    enable_metrics: bool = True
-    nnodes: int = Field(1, ge=1)
-    dist_init_addr: str | None = Field(None, description="HOST:PORT of node 0, for multi-node")
-    extra_args: list[str] = Field(default_factory=list, description="further SGLang CLI args, verbatim")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> SGLangFlags:
-        if self.hicache_ratio is not None and not self.enable_hierarchical_cache:
-            raise ValueError("hicache_ratio needs enable_hierarchical_cache: true")
-        spec = (self.speculative_num_steps, self.speculative_eagle_topk, self.speculative_num_draft_tokens)
-        if any(v is not None for v in spec) and any(v is None for v in spec):
-            # SGLang asserts all-or-none when it auto-chooses the rest
-            raise ValueError("set all of speculative_num_steps, speculative_eagle_topk, "
-                             "speculative_num_draft_tokens, or none of them")
-        steps, topk, draft = spec
-        if topk == 1 and draft is not None and draft != steps + 1:
-            # SGLang would silently rewrite it; qverify records what actually runs
-            raise ValueError(f"with speculative_eagle_topk 1, speculative_num_draft_tokens must be "
-                             f"speculative_num_steps + 1 = {steps + 1}")
-        if self.nnodes > 1 and not self.dist_init_addr:
-            raise ValueError("nnodes > 1 needs dist_init_addr (HOST:PORT of node 0)")
-        if any(a.split("=")[0] in ("--api-key", "--admin-api-key") for a in self.extra_args):
-            raise ValueError("never put an API key in a profile; set api_key_env to the variable that holds it")
-        return self
-
-
-FLAGS_MODELS: dict[str, type[_Flags]] = {"local": LocalFlags, "sglang": SGLangFlags, "endpoint": EndpointFlags}
-
-
-def sglang_flags(profile: ServingProfile) -> SGLangFlags:
-    return SGLangFlags.model_validate(profile.flags)
+# each backend's flags model, by backend name (also what answers an unknown --backend with "did you mean")
+FLAGS_MODELS: Registry[type[BaseModel]] = Registry("serving backend")
+for _name, _model in (("local", LocalFlags), ("sglang", SGLangFlags), ("endpoint", EndpointFlags)):
+    FLAGS_MODELS.add(_name, _model)
 
 
 def builtin_profiles() -> Registry[Path]:
@@ -140,7 +95,7 @@ def parse_profile(text: str, source: str = "<profile>", default_name: str = "cus
     raw.setdefault("name", default_name)
     try:
         profile = ServingProfile.model_validate(raw)
-        flags = FLAGS_MODELS[profile.backend].model_validate(profile.flags)
+        flags = FLAGS_MODELS.get(profile.backend).model_validate(profile.flags)
     except ValidationError as e:
         raise BadInput(f"{source}: {_first_error(e, raw)}", fix="see docs/serve.md, 'Profiles'") from None
     _check_prefix(profile.command_prefix, source)
@@ -176,11 +131,8 @@ def _check_prefix(prefix: str | None, source: str) -> None:
 def resolve_profile(backend: str | None = None, profile: str | None = None, endpoint: str | None = None,
                     api_key_env: str | None = None) -> ServingProfile:
     """The profile a command runs with: --profile, else the backend's default, with --endpoint/--api-key-env applied."""
-    if backend is not None and backend not in FLAGS_MODELS:
-        reg: Registry[str] = Registry("serving backend")
-        for name in FLAGS_MODELS:
-            reg.add(name, name)
-        reg.get(backend)  # raises "did you mean"
+    if backend is not None:
+        FLAGS_MODELS.get(backend)  # an unknown backend raises "did you mean"
     if profile:
         prof = load_profile(profile)
         if backend and backend != prof.backend:

@@ -26,7 +26,7 @@ from typing import Any
 from qverify.errors import BadInput
 from qverify.models import Endpoint
 from qverify.serve.base import LaunchedServer, ServerBackend, backends, check_port_free, free_port
-from qverify.serve.endpoint import (
+from qverify.serve.openai_http import (
     auth_headers,
     fetch_server_info,
     read_api_key,
@@ -34,7 +34,7 @@ from qverify.serve.endpoint import (
     summarize_info,
     with_meta_info,
 )
-from qverify.serve.profile import sglang_flags
+from qverify.serve.sglang_flags import sglang_flags
 
 __all__ = ["SGLangBackend", "drafter_algorithm", "kv_cache_dtype", "spec_meta", "with_meta_info"]
 

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 
 from qverify.models import Item, ItemResult, Response, Sampling, Score, content_hash
 from qverify.registry import Registry
+from qverify.suites.metric_spec import MetricSpec
 
 Split = Literal["train", "held-out"]
 TokenCounter = Callable[[str], int]
@@ -54,6 +55,7 @@ class Suite(ABC):
     sources: ClassVar[tuple[str, ...]] = ("synthetic",)
     default_n: ClassVar[int] = 40  # held-out items used by default for the embedded model
     pairwise: ClassVar[bool] = False  # metrics computed against the baseline at gate time (verifier, kld)
+    gate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # what the gate decides on, declared with the suite
 
     def __init__(self, count_tokens: TokenCounter | None = None, **options: Any):
         self.count_tokens = count_tokens or approx_tokens
@@ -66,6 +68,10 @@ class Suite(ABC):
 
     def item_counts(self) -> dict[str, str]:
         return {src: "generated" if src == "synthetic" else "?" for src in self.sources}
+
+    def answer_text(self, item: Item) -> str:
+        """What a perfect model answers to a generated item (training and calibration text)."""
+        raise NotImplementedError(f"suite {self.name} has no reference answers")
 
     # -- request ---------------------------------------------------------------
     def request(self, item: Item, sampling: Sampling | None = None) -> dict[str, Any]:
@@ -113,12 +119,3 @@ def item_set_hash(items: list[Item]) -> str:
 
 suites: Registry[type[Suite]] = Registry("suite")
 
-
-def get_suite(name: str, **kwargs: Any) -> Suite:
-    """Instantiate a suite by name. `lmeval:<task>` is routed to the lm-eval adapter."""
-    import qverify.suites  # noqa: F401  (imports register every suite)
-
-    if name.startswith("lmeval:"):
-        cls = suites.get("lmeval")
-        return cls(task=name.split(":", 1)[1], **kwargs)
-    return suites.get(name)(**kwargs)

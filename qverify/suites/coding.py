@@ -8,6 +8,7 @@ from typing import ClassVar
 from qverify.models import Item, Response, Sampling, Score
 from qverify.suites import coding_gen
 from qverify.suites.base import Split, Suite, split_of, split_rng, suites
+from qverify.suites.metric_spec import MetricSpec
 
 LEVEL_WEIGHTS = {1: 0.15, 2: 0.25, 3: 0.25, 4: 0.2, 5: 0.15}
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.DOTALL)
@@ -58,6 +59,10 @@ class CodingSuite(Suite):
     version = "1"
     description = "Write a small Python function from a spec; scored by executing hidden tests in a sandbox."
     primary_metric = "pass@1"
+    gate_metrics = (
+        MetricSpec("coding/pass@1", "coding", "pass@1", doc="functional correctness, 1 sample"),
+        MetricSpec("coding/pass@1/level*", "coding", "pass@1/level*", gated=False, doc="per difficulty level"),
+    )
     sampling: ClassVar[Sampling] = Sampling(temperature=0.6, top_p=0.95, max_tokens=96)
     sources = ("synthetic", "humaneval")
     default_n = 60
@@ -90,6 +95,9 @@ class CodingSuite(Suite):
         from qverify.suites.humaneval_source import humaneval_items
 
         return humaneval_items(n)
+
+    def answer_text(self, item: Item) -> str:
+        return item.target["reference"]
 
     def item_counts(self) -> dict[str, str]:
         return {"synthetic": "generated (default 60)", "humaneval": "164"}

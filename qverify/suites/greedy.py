@@ -16,15 +16,8 @@ from typing import Any, ClassVar
 from qverify.models import Item, Response, Sampling, Score
 from qverify.suites.base import Split, Suite, suites
 from qverify.suites.coding import CodingSuite
+from qverify.suites.metric_spec import MetricSpec
 from qverify.suites.toolcall import generate_toolcall_items
-
-
-def output_signature(response: Response | None) -> str | None:
-    """What 'the same output' means: content plus the parsed calls, in order (ids excluded: servers number them)."""
-    if response is None:
-        return None
-    calls = [(c.name, c.arguments) for c in response.tool_calls]
-    return repr((response.content or "", calls, response.finish_reason))
 
 
 @suites.register("greedy")
@@ -33,6 +26,11 @@ class GreedySuite(Suite):
     version = "1"
     description = "Greedy outputs identical to the baseline's (drafter changes must not change them)."
     primary_metric = "completion_tokens"
+    gate_metrics = (
+        # a drafter change must not change greedy outputs beyond the stack's own irreproducibility
+        MetricSpec("greedy/match", "greedy", "match", tolerance=0.02, statistic="match",
+                   doc="greedy output identical to the baseline's, minus the baseline's own run-to-run identity"),
+    )
     sampling: ClassVar[Sampling] = Sampling(temperature=0.0, top_p=1.0, max_tokens=64)
     default_n = 24
     pairwise = True

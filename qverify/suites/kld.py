@@ -15,6 +15,7 @@ import numpy as np
 from qverify.chatfmt import render_chat
 from qverify.models import Item, Response, Sampling, Score
 from qverify.suites.base import Split, Suite, split_rng, suites
+from qverify.suites.metric_spec import MetricSpec
 
 TOP_K = 5
 
@@ -71,13 +72,20 @@ class KLDSuite(Suite):
     version = "1"
     description = "KL divergence / same-top-token / Δp of prompt-token distributions against the baseline."
     primary_metric = "kld"
+    gate_metrics = (
+        # nats; llama.cpp reference points: q8_0 0.0014, q4_K_M 0.031 (Llama-3-8B)
+        MetricSpec("kld/kld", "kld", "kld", direction="lower", tolerance=0.05, statistic="kld",
+                   doc="mean KL(baseline || candidate) minus the baseline's own run-to-run KL"),
+        MetricSpec("kld/same_top", "kld", "same_top", tolerance=0.05, statistic="kld", gated=False),
+        MetricSpec("kld/dp_rms", "kld", "dp_rms", direction="lower", tolerance=0.02, statistic="kld", gated=False),
+    )
     sampling: ClassVar[Sampling] = Sampling(temperature=0.0, max_tokens=1, logprobs=True, top_logprobs=TOP_K)
     default_n = 24
     pairwise = True
 
     def items(self, split: Split = "held-out", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
-        from qverify.suites.toolcall import generate_toolcall_items, reference_message
         from qverify.suites.coding import CodingSuite
+        from qverify.suites.toolcall import generate_toolcall_items, reference_message
 
         n = n or self.default_n
         rng = split_rng(self.name, split, seed)

@@ -22,12 +22,12 @@ Known limits (why the core suites do not run through lm-eval):
 
 from __future__ import annotations
 
-import difflib
 import json
 from typing import Any, ClassVar, Literal
 
 from qverify.errors import BadInput, InfraError
 from qverify.models import Endpoint, Item, ItemResult, Response, Score, content_hash
+from qverify.registry import unknown_message
 from qverify.suites.base import Split, Suite, suites
 
 ADAPTER_VERSION = "1"
@@ -117,10 +117,8 @@ class LmEvalSuite(Suite):
             # indexing lm-eval's ~10k built-in configs takes 15-20 s; skip it for custom task folders
             self._tm = TaskManager(include_path=self.include_path, include_defaults=self.include_path is None)
             if self.task not in self._tm.all_tasks:
-                close = difflib.get_close_matches(self.task, self._tm.all_tasks, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise BadInput(
-                    f"unknown lm-eval task {self.task!r}{hint}",
+                    unknown_message("lm-eval task", self.task, self._tm.all_tasks),
                     fix="check `lm-eval ls tasks`, or pass include_path= for a custom YAML task folder",
                 )
         return self._tm

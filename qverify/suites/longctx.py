@@ -8,6 +8,7 @@ from typing import ClassVar
 from qverify.models import Item, Response, Sampling, Score
 from qverify.suites import longctx_gen as gen
 from qverify.suites.base import Split, Suite, split_of, split_rng, suites
+from qverify.suites.metric_spec import MetricSpec
 
 DEFAULT_LENGTHS = (128, 256, 512, 1024)  # tokens; real models: e.g. 8192..131072
 TASKS = ("single", "multikey", "multivalue", "multiquery", "vartrack")
@@ -59,6 +60,12 @@ class LongContextSuite(Suite):
     version = "1"
     description = "Find KEY = value needles in coding-agent context (single/multi-key, multi-value, multi-query, variable tracking)."
     primary_metric = "accuracy"
+    gate_metrics = (
+        MetricSpec("longctx/accuracy", "longctx", "accuracy", doc="all needles exact"),
+        # a bucket holds a fifth of the items, so its tolerance is wider
+        MetricSpec("longctx/accuracy@*", "longctx", "accuracy@*", tolerance=0.10, doc="per context-length bucket"),
+        MetricSpec("longctx/recall", "longctx", "recall", gated=False),
+    )
     sampling: ClassVar[Sampling] = Sampling(temperature=0.6, top_p=0.95, max_tokens=48)
     default_n = 60
 
@@ -87,6 +94,9 @@ class LongContextSuite(Suite):
                 metadata={"task": task, "length": length, "depths": depths},
             ))
         return out
+
+    def answer_text(self, item: Item) -> str:
+        return "\n".join(item.target["answer"])
 
     def item_counts(self) -> dict[str, str]:
         return {"synthetic": f"generated (default 60; lengths {list(self.lengths)})"}

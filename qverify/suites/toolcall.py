@@ -7,9 +7,11 @@ from typing import Any, ClassVar
 
 import jsonschema
 
+from qverify.chatfmt import IM_END, render_chat
 from qverify.models import Item, Response, Sampling, Score
 from qverify.suites import toolcall_gen as gen
 from qverify.suites.base import Split, Suite, split_of, split_rng, suites
+from qverify.suites.metric_spec import MetricSpec
 
 IRRELEVANT_P = 0.2
 PARALLEL_P = 0.2
@@ -108,6 +110,12 @@ class ToolCallSuite(Suite):
     version = "1"
     description = "Pick the right coding-agent tool with exact arguments, abstain when no tool fits, parallel calls."
     primary_metric = "exact_call"
+    gate_metrics = (
+        MetricSpec("toolcall/exact_call", "toolcall", "exact_call", doc="right tool(s) with exact arguments"),
+        MetricSpec("toolcall/trigger", "toolcall", "trigger", doc="called a tool iff one was expected"),
+        MetricSpec("toolcall/schema_valid", "toolcall", "schema_valid", gated=False),
+        MetricSpec("toolcall/exact_call/*", "toolcall", "exact_call/*", gated=False, doc="per call kind"),
+    )
     sampling: ClassVar[Sampling] = Sampling(temperature=0.6, top_p=0.95, max_tokens=96)
     sources = ("synthetic", "bfcl")
     default_n = 60
@@ -118,6 +126,12 @@ class ToolCallSuite(Suite):
 
             return bfcl_items(n)
         return generate_toolcall_items(self.name, split, n or self.default_n, seed)
+
+    def answer_text(self, item: Item) -> str:
+        msg = reference_message(item)
+        if msg.get("tool_calls"):  # the calls as the chat format writes them, without the role header
+            return render_chat([msg], None, add_generation_prompt=False).split("<|im_middle|>", 1)[1][: -len(IM_END)]
+        return msg["content"]
 
     def item_counts(self) -> dict[str, str]:
         return {"synthetic": "generated (default 60)", "bfcl": "BFCL v3 categories from bfcl-eval"}

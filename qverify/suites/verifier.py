@@ -2,7 +2,7 @@
 
 Per item: finish reason, schema validity of calls, output hygiene. The trigger-F1
 against the baseline (K2VV's ToolCall-Trigger Similarity) needs both builds'
-responses, so it is computed at gate time from `tool_call_finish` (qverify.evals.gate).
+responses, so it is computed at gate time from `tool_call_finish` (qverify.gate).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import ClassVar
 from qverify.chatfmt import MARKUP, SPECIAL_TOKENS
 from qverify.models import Item, Response, Sampling, Score
 from qverify.suites.base import Split, Suite, suites
+from qverify.suites.metric_spec import MetricSpec
 from qverify.suites.toolcall import check_calls, generate_toolcall_items
 
 FINISH = ("stop", "tool_calls", "length")
@@ -34,12 +35,25 @@ def hygiene(response: Response) -> dict[str, float]:
     }
 
 
+# K2VV's bar sits 2.81 points under the lowest F1 between official runs (75.81% -> 73%).
+K2VV_MARGIN = 0.03
+
+
 @suites.register("verifier")
 class VerifierSuite(Suite):
     name = "verifier"
     version = "1"
     description = "K2VV-style: finish reasons, tool-call schema accuracy, output hygiene, trigger-F1 vs baseline."
     primary_metric = "schema_accuracy"
+    gate_metrics = (
+        MetricSpec("verifier/trigger_f1", "verifier", "tool_call_finish", statistic="trigger_f1",
+                   floor_margin=K2VV_MARGIN, doc="K2VV ToolCall-Trigger Similarity vs the baseline's runs"),
+        MetricSpec("verifier/schema_accuracy", "verifier", "schema_accuracy", doc="K2VV ToolCall-Schema Accuracy"),
+        MetricSpec("verifier/hygiene/*", "verifier", "hygiene/*", direction="lower", tolerance=0.02,
+                   doc="empty / leaked markup / truncated / repetition rates"),
+        MetricSpec("verifier/finish/length", "verifier", "finish/length", direction="lower", gated=False),
+        MetricSpec("verifier/finish/other", "verifier", "finish/other", direction="lower", gated=False),
+    )
     # K2VV samples at 1.0 for thinking models and 0.6 otherwise; 1.0 stresses hygiene hardest.
     sampling: ClassVar[Sampling] = Sampling(temperature=1.0, top_p=1.0, max_tokens=96)
     default_n = 60

@@ -17,8 +17,8 @@ pytestmark = pytest.mark.skipif(not (EMBEDDED_MODEL / "config.json").exists(), r
 def test_loads_offline_and_emits_a_parseable_tool_call(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from qverify.chatfmt import parse_tool_calls
-    from qverify.serve.engine import Engine, GenRequest
-    from qverify.serve.model_loader import load_for_serving
+    from qverify.serve.embedded.engine import Engine, GenRequest
+    from qverify.serve.embedded.model_loader import load_for_serving
     from qverify.suites.toolcall import generate_toolcall_items
 
     lm = load_for_serving(EMBEDDED_MODEL, speculative=False)

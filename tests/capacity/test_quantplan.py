@@ -1,11 +1,17 @@
-"""Recipe -> QuantPlan: the built-in table, and derivation from llm-compressor recipe YAML."""
+"""Recipe -> QuantPlan: derivation from llm-compressor recipe YAML, read through qverify.quantize.recipe."""
 
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from qverify.capacity.quantplan import BUILTIN, from_recipe_yaml, quant_plan, recipe_dir
+from qverify.capacity.quantplan import PLANNER_ONLY, from_tree, quant_plan
 from qverify.errors import BadInput
+from qverify.quantize.recipe import RECIPES_DIR
+
+
+def from_recipe_yaml(text: str, name: str, source: str):
+    return from_tree(yaml.safe_load(text), name, source)
 
 # qverify's recipe format (qverify/quantize/recipe.py): metadata + llm-compressor stages
 FP8KV_NVFP4SHARED = """
@@ -52,9 +58,11 @@ def test_yaml_preset_scheme_hits_every_linear_class_but_the_ignored_head():
     assert qp.drafter_scheme == "fp8" and qp.kv_dtype == "bf16"
 
 
-def test_yaml_errors_are_bad_input():
+def test_yaml_errors_are_bad_input(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1,")
     with pytest.raises(BadInput, match="malformed YAML"):
-        from_recipe_yaml("a: [1,", "x", "bad.yaml")
+        quant_plan(str(bad))
     with pytest.raises(BadInput, match="cannot price"):
         from_recipe_yaml("s:\n  QuantizationModifier: {targets: [Linear], scheme: W2A2_MADEUP}", "x", "odd.yaml")
 
@@ -76,18 +84,31 @@ def test_unknown_recipe_suggests_a_name():
         quant_plan("fp8kv_nvfp4shard")
 
 
-SHIPPED = sorted(p.stem for p in recipe_dir().glob("*.yaml"))
+SHIPPED = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+_NV_ALL = {c: "nvfp4" for c in ("attention", "dense_mlp", "routed_experts", "shared_experts")}
+# what each shipped recipe does to memory: (KV dtype, weight scheme per module class, drafter scheme)
+EXPECTED = {
+    "bf16": ("bf16", {}, "bf16"),
+    "fp8kv": ("fp8", {}, "bf16"),
+    "fp8kv_badscale": ("fp8", {}, "bf16"),
+    "nvfp4shared": ("bf16", {"shared_experts": "nvfp4"}, "bf16"),
+    "fp8kv_nvfp4shared": ("fp8", {"shared_experts": "nvfp4"}, "bf16"),
+    "fp8drafter": ("bf16", {}, "fp8"),
+    "fp8kv_nvfp4shared_fp8drafter": ("fp8", {"shared_experts": "nvfp4"}, "fp8"),
+    "nvfp4_all": ("bf16", _NV_ALL, "bf16"),
+}
 
 
 @pytest.mark.skipif(not SHIPPED, reason="no recipes in qverify/quantize/recipes yet")
 @pytest.mark.parametrize("name", SHIPPED)
-def test_shipped_recipes_agree_with_the_builtin_table(name):
-    # The planner reads the shipped YAML; the table is its fallback and must say the same,
-    # both through qverify.quantize's recipe model and through the plain-YAML fallback.
+def test_shipped_recipes_price_as_expected(name):
+    # The planner reads the shipped YAML through qverify.quantize's recipe model (no table of its own).
     qp = quant_plan(name)
-    raw = from_recipe_yaml((recipe_dir() / f"{name}.yaml").read_text(), name, "raw")
     assert qp.source.endswith(f"{name}.yaml")
-    assert name in BUILTIN, f"add {name} to qverify.capacity.quantplan.BUILTIN"
-    want = BUILTIN[name]
-    for got in (qp, raw):
-        assert (got.kv_dtype, got.schemes, got.drafter_scheme) == (want.kv_dtype, want.schemes, want.drafter_scheme)
+    assert name in EXPECTED, f"add {name} to EXPECTED in this test"
+    assert (qp.kv_dtype, qp.schemes, qp.drafter_scheme) == EXPECTED[name]
+
+
+def test_planner_only_layouts_are_not_shipped_recipes():
+    assert PLANNER_ONLY and not set(PLANNER_ONLY) & set(SHIPPED)
+    assert quant_plan("int4_experts").schemes == {"routed_experts": "int4_g32"}

@@ -13,10 +13,10 @@ from collections import Counter
 import psutil
 import pytest
 
-from qverify.evals.pipeline import evaluate_build
 from qverify.evals.runner import replicate_seed
 from qverify.evals.store import RunStore
 from qverify.models import ServingProfile
+from qverify.pipeline import evaluate_build
 from qverify.serve.local import LocalBackend
 from qverify.workdir import Workdir
 from tests.evals.conftest import FaultyProxy
@@ -29,7 +29,7 @@ def _cli(wd, *args):
 
 
 def _servers(wd) -> list:
-    return [c for c in psutil.process_iter(["cmdline"]) if "qverify.serve.local_server" in " ".join(c.info["cmdline"] or [])
+    return [c for c in psutil.process_iter(["cmdline"]) if "qverify.serve.embedded.server" in " ".join(c.info["cmdline"] or [])
             and str(wd) in " ".join(c.info["cmdline"] or [])]
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from qverify.config import QVerifyConfig
 from qverify.errors import BadInput
-from qverify.evals.gate import run_gate, synth
+from qverify.gate import run_gate
+from tests import synth
 from qverify.gate.budget import make_plan, parse_budget, run_sequence
 from qverify.workdir import Workdir
 

@@ -25,7 +25,7 @@ def _one_thread():
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    from qverify.quantize.tiny import make_tiny_model
+    from tests.tiny import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
 

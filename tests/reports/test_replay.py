@@ -14,9 +14,9 @@ import time
 import pytest
 from rich.console import Console
 
-from qverify.commands.report import report_after_gate
 from qverify.errors import ExitCode, InfraError
 from qverify.output import Output
+from qverify.reports.publish import report_after_gate
 from qverify.reports.tracking import TrackingError, resolve, session
 from qverify.reports.upload import upload_gate
 

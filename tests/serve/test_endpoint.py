@@ -24,7 +24,7 @@ import pytest
 from qverify.errors import BadInput, InfraError
 from qverify.models import BuildManifest, RunManifest, Sampling
 from qverify.serve import get_backend
-from qverify.serve.endpoint import spec_meta, with_meta_info
+from qverify.serve.openai_http import spec_meta, with_meta_info
 from qverify.serve.profile import resolve_profile
 
 REPO = Path(__file__).resolve().parents[2]

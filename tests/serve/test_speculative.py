@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from qverify.serve.engine import Engine, GenRequest
-from qverify.serve.model_loader import load_for_serving
+from qverify.serve.embedded.engine import Engine, GenRequest
+from qverify.serve.embedded.model_loader import load_for_serving
 from tests import parrot
 
 

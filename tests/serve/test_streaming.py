@@ -1,7 +1,7 @@
 """What part of a partial generation may be streamed: never a stop string, never tool-call markup."""
 
 from qverify.chatfmt import SECTION_BEGIN
-from qverify.serve.streaming import releasable
+from qverify.serve.embedded.streaming import releasable
 
 
 def test_plain_text_is_released_whole():

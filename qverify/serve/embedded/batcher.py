@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from qverify.serve.engine import Engine, GenRequest
+from qverify.serve.embedded.engine import Engine, GenRequest
 
 
 @dataclass

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from qverify.errors import BadInput
+from qverify.workdir import is_build, read_build_manifest_dict
 
 
 @dataclass
@@ -36,14 +36,14 @@ def load_for_serving(path: Path, quantization: bool = True, speculative: bool | 
         raise BadInput(f"{path} is not a build or Hugging Face model directory (no config.json)",
                        fix="pass a build dir from `qverify builds` or a local HF model dir")
     manifest: dict[str, Any] = {}
-    if (path / "build.json").exists():
+    if is_build(path):
         from qverify.quantize.loader import load_build
 
         lb = load_build(path)
         if not quantization:
             lb.set_quantization_enabled(False)
         model, tok, drafter = lb.model, lb.tokenizer, lb.drafter
-        manifest = json.loads((path / "build.json").read_text())
+        manifest = read_build_manifest_dict(path)
     else:  # a plain HF model directory (no build): load it as is
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

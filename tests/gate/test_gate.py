@@ -13,9 +13,10 @@ import pytest
 
 from qverify.config import MetricRule, QVerifyConfig
 from qverify.errors import BadInput
-from qverify.evals.gate import exit_code, run_gate, synth
+from qverify.gate import exit_code, run_gate
 from qverify.models import GateReport
 from qverify.workdir import Workdir
+from tests import synth
 
 N, K = 300, 4
 

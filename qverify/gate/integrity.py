@@ -6,18 +6,16 @@ a candidate with a refusal (a FAIL found on the comparable suites still stands).
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from qverify.evals.gate.loader import RunData
-from qverify.models import BuildManifest
+from qverify.gate.loader import RunData
+from qverify.workdir import Workdir, read_build_manifest
 
 # RunManifest fields that must agree between baseline and candidate runs of a suite
 _SAME = ("suite_version", "item_set_hash", "split", "source", "sampling")
 
 
-def build_problems(builds_root: Path, build_id: str, runs: list[RunData]) -> list[str]:
+def build_problems(wd: Workdir, build_id: str, runs: list[RunData]) -> list[str]:
     """builds/<id>/build.json must exist and carry the id its runs were filed under and record."""
-    path = builds_root / build_id / "build.json"
+    path = wd.build_manifest_path(build_id)
     endpoint = any(r.manifest is not None and r.manifest.serving.backend == "endpoint" for r in runs)
     out = []
     if not path.exists():
@@ -26,7 +24,7 @@ def build_problems(builds_root: Path, build_id: str, runs: list[RunData]) -> lis
                        f"or gate the build id that owns these runs)")
     else:
         try:
-            bm = BuildManifest.model_validate_json(path.read_text())
+            bm = read_build_manifest(path.parent)
         except ValueError as e:
             return [f"build {build_id}: {path} is not a valid build manifest ({str(e).splitlines()[0]})"]
         if bm.build_id != build_id:

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from qverify.chatfmt import ARG_BEGIN, CALL_BEGIN
-from qverify.serve.engine import GenResult
+from qverify.serve.embedded.engine import GenResult
 
 # a call's header is complete once its argument marker is out: the name can be announced then,
 # as OpenAI and SGLang's parsers do (first delta: id + name; arguments follow)

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from qverify.models import Response
+
 # --------------------------------------------------------------------------- flips (Dutta et al. 2024)
 
 
@@ -213,3 +215,9 @@ def _fill(m: dict[str, np.ndarray], i: int, col: int, x: Encoded | None, y: Enco
             m[key][i, col] = s[key]
 
 
+def output_signature(response: Response | None) -> str | None:
+    """What 'the same output' means: content plus the parsed calls, in order (ids excluded: servers number them)."""
+    if response is None:
+        return None
+    calls = [(c.name, c.arguments) for c in response.tool_calls]
+    return repr((response.content or "", calls, response.finish_reason))

@@ -10,6 +10,6 @@ gate      run_gate -> GateReport, gates/<id>/gate.json
 render    the terminal table
 """
 
-from qverify.evals.gate.gate import exit_code, gate_candidate, run_gate, write_report
+from qverify.gate.gate import exit_code, gate_candidate, run_gate, write_report
 
 __all__ = ["exit_code", "gate_candidate", "run_gate", "write_report"]

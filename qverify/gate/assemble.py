@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from qverify.config import MetricRule
-from qverify.evals.gate import pairwise as pw
-from qverify.evals.gate.loader import RunData
-from qverify.evals.gate.metrics import MetricSpec, apply_rules, expand, specs_for_suite
 from qverify.gate import design as dz
+from qverify.gate import pairwise as pw
+from qverify.gate.loader import RunData
+from qverify.gate.metrics import MetricSpec, apply_rules, expand, specs_for_suite
 from qverify.gate.rule import Evidence
 
 # Suites scored as finished answers: an answer cut at max_tokens was never given. Above this

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from qverify.config import QVerifyConfig
-from qverify.evals.gate import run_gate, synth
+from qverify.gate import run_gate
 from qverify.gate.design import base_pairs, cross_pairs
-from qverify.evals.pipeline import suites_for_recipes
 from qverify.models import ItemResult, Response, ToolCall
+from qverify.pipeline import suites_for_recipes
+from tests import synth
 
 N, K = 200, 3  # zero changed items in n bound the change at ~3.7/n: 200 items can show < 0.02
 

@@ -1,6 +1,6 @@
 """The embedded OpenAI-compatible server (FastAPI + uvicorn) for a build on CPU.
 
-    python -m qverify.serve.local_server --build DIR [--port N] [--no-quant] [--no-spec]
+    python -m qverify.serve.embedded.server --build DIR [--port N] [--no-quant] [--no-spec]
 
 Endpoints: /health, /v1/models, /v1/chat/completions (stream=true: SSE chunks, for client-side TTFT),
 /v1/completions (echo + logprobs),
@@ -21,10 +21,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
 from qverify.chatfmt import ARG_BEGIN, CALL_BEGIN, SECTION_BEGIN, parse_tool_calls
-from qverify.serve.batcher import Batcher
-from qverify.serve.engine import Engine, GenRequest, GenResult
-from qverify.serve.streaming import TokenQueue, sse_chat
-from qverify.serve.model_loader import LoadedModel, load_for_serving
+from qverify.serve.embedded.batcher import Batcher
+from qverify.serve.embedded.engine import Engine, GenRequest, GenResult
+from qverify.serve.embedded.model_loader import LoadedModel, load_for_serving
+from qverify.serve.embedded.streaming import TokenQueue, sse_chat
 
 
 class _Body(BaseModel):

@@ -12,14 +12,14 @@ from pathlib import Path
 
 from qverify.config import MetricRule, QVerifyConfig
 from qverify.errors import ExitCode
-from qverify.evals.gate.assemble import suite_metrics
-from qverify.evals.gate.decide import result
-from qverify.evals.gate.integrity import build_problems, pair_problems, run_problems
-from qverify.evals.gate.loader import RunData, load
-from qverify.evals.gate.metrics import check_rule_names
 from qverify.evals.store import atomic_write_text
+from qverify.gate.assemble import suite_metrics
+from qverify.gate.decide import result
+from qverify.gate.integrity import build_problems, pair_problems, run_problems
+from qverify.gate.loader import RunData, load
+from qverify.gate.metrics import check_rule_names
 from qverify.gate.rule import ORDER, build_verdict, decide
-from qverify.models import BuildManifest, CandidateReport, GateReport, content_hash
+from qverify.models import CandidateReport, GateReport, content_hash
 from qverify.workdir import Workdir
 
 
@@ -56,13 +56,13 @@ def run_gate(workdir: Workdir | Path | str, baseline: str, candidates: list[str]
         # (a candidate missing one of those is still refused)
         suites = [s for s in suites if base_runs[s].exists]
         base_runs = {s: base_runs[s] for s in suites}
-    base_build = build_problems(wd.builds, baseline, list(base_runs.values()))
+    base_build = build_problems(wd, baseline, list(base_runs.values()))
     base_bad = {s: run_problems(r, cfg.error_budget) for s, r in base_runs.items()}
     reports, prints = [], {f"{baseline}/{s}": r.fingerprint for s, r in base_runs.items()}
     for cand in candidates:
         cand_runs = {s: load(wd.runs, cand, s) for s in suites}
         prints.update({f"{cand}/{s}": r.fingerprint for s, r in cand_runs.items()})
-        build_bad = base_build + build_problems(wd.builds, cand, list(cand_runs.values()))
+        build_bad = base_build + build_problems(wd, cand, list(cand_runs.values()))
         problems, ok = list(build_bad), []
         for s in suites:
             bad = base_bad[s] + run_problems(cand_runs[s], cfg.error_budget)
@@ -84,7 +84,7 @@ def run_gate(workdir: Workdir | Path | str, baseline: str, candidates: list[str]
 
 
 def write_report(wd: Workdir, report: GateReport) -> Path:
-    path = wd.gate_dir(report.gate_id) / "gate.json"
+    path = wd.gate_report_path(report.gate_id)
     atomic_write_text(path, report.model_dump_json(indent=2))
     return path
 
@@ -101,8 +101,5 @@ def exit_code(report: GateReport) -> int:
 
 
 def _recipe(wd: Workdir, build_id: str) -> str:
-    path = wd.build_dir(build_id) / "build.json"
-    try:
-        return BuildManifest.model_validate_json(path.read_text()).recipe
-    except (OSError, ValueError):
-        return build_id
+    manifest = wd.build_manifest(build_id)
+    return manifest.recipe if manifest is not None else build_id

@@ -1,0 +1,175 @@
+"""The pipeline build → serve → suites → runs, from one typed spec.
+
+`EvalSpec` is what an evaluation runs: built from qverify.toml (`QVerifyConfig`, where every
+default lives) with CLI flags overriding it. `evaluate_build` is what `qverify eval` calls;
+`ensure_runs` is what `qverify gate --recipe` calls to build and evaluate whatever is missing.
+The benchmarks use the same two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from qverify.config import QVerifyConfig, ServingConfig
+from qverify.errors import BadInput
+from qverify.evals.runner import EvalPlan, SuiteSummary, run_plan
+from qverify.models import BuildManifest, Endpoint, ServingProfile
+from qverify.workdir import Workdir
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """One evaluation's settings. Build it with `from_config`; each default is QVerifyConfig's."""
+
+    suites: list[str]
+    replicates: int
+    source: str
+    concurrency: int
+    error_budget: float
+    limit: int | None = None
+    port: int | None = None
+    serving: ServingProfile | None = None  # None: a bare local profile (ServingProfile())
+    split: str = "held-out"
+    fresh: bool = False
+    grow: bool = False  # stored runs may be extended to a larger item set (`gate --budget` rounds)
+    suite_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, cfg: QVerifyConfig | None = None, **overrides: Any) -> EvalSpec:
+        """qverify.toml's settings, then every override that is not None (a flag left unset)."""
+        cfg = cfg or QVerifyConfig()
+        spec = cls(suites=list(cfg.suites), replicates=cfg.replicates, source=cfg.source,
+                   concurrency=cfg.serving.concurrency, error_budget=cfg.error_budget, limit=cfg.limit,
+                   port=cfg.serving.port)
+        return spec.override(**overrides)
+
+    def override(self, **overrides: Any) -> EvalSpec:
+        known = {f.name for f in fields(self)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise TypeError(f"EvalSpec has no field {', '.join(sorted(unknown))}")
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def serving_profile(sv: ServingConfig, backend: str | None = None, profile: str | None = None,
+                    endpoint: str | None = None, api_key_env: str | None = None) -> ServingProfile:
+    """The serving profile from qverify.toml's [serving], flags overriding it.
+
+    The config's backend counts only when the file sets it: `--endpoint URL` alone still means
+    the endpoint backend, as without a config.
+    """
+    from qverify.serve.profile import resolve_profile
+
+    if backend is None and "backend" in sv.model_fields_set:
+        backend = sv.backend
+    return resolve_profile(backend, profile or sv.profile, endpoint or sv.endpoint, api_key_env or sv.api_key_env)
+
+
+def token_counter(build_dir: Path) -> Callable[[str], int]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(build_dir)
+    return lambda s: len(tok(s, add_special_tokens=False)["input_ids"])
+
+
+def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, spec: EvalSpec) -> EvalPlan:
+    from qverify.suites import get_suite
+
+    if spec.replicates < 1:
+        raise BadInput(f"--replicates must be >= 1 (got {spec.replicates})", fix="pass --replicates 3 or more for gating")
+    if spec.split not in ("held-out", "train"):
+        raise BadInput(f"unknown split {spec.split!r}", fix="use --split held-out")
+    count = token_counter(build_dir)
+    objs, items = [], {}
+    for name in spec.suites:
+        s = get_suite(name, count_tokens=count, **spec.suite_options.get(name, {}))
+        if spec.source not in s.sources:
+            raise BadInput(f"suite {name} has no item source {spec.source!r}", fix=f"use one of: {', '.join(s.sources)}")
+        objs.append(s)
+        items[name] = s.items(spec.split, spec.limit or s.default_n, source=spec.source)[: spec.limit or None]
+    plan = EvalPlan(build_id=manifest.build_id, manifest=manifest, suites=objs, items=items, replicates=spec.replicates,
+                    runs_root=workdir.runs, serving=spec.serving or ServingProfile(), concurrency=spec.concurrency,
+                    error_budget=spec.error_budget, split=spec.split, source=spec.source, fresh=spec.fresh,
+                    grow=spec.grow)
+    plan.check_existing()
+    return plan
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for p in ("qverify", "torch", "transformers", "compressed-tensors", "llmcompressor", "sglang"):
+        try:
+            out[p] = version(p)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str] | None = None, *,
+                   spec: EvalSpec | None = None, show_progress: bool = True,
+                   on_ready: Callable[[Endpoint], None] | None = None, **overrides: Any) -> list[SuiteSummary]:
+    """Start (or attach to) the build's server once, run every pending suite × replicate, stop it.
+
+    `spec` defaults to qverify.toml's defaults; `suites` and keyword `overrides` (EvalSpec fields) replace parts of it.
+    """
+    from qverify.serve import get_backend
+
+    spec = (spec or EvalSpec.from_config()).override(suites=suites, **overrides)
+    workdir.ensure()
+    serving = spec.serving or ServingProfile()
+    build_dir, manifest = workdir.resolve_build(build_ref)
+    plan = make_plan(workdir, build_dir, manifest, spec)
+    if not any(plan.pending().values()):
+        from qverify.evals.runner import finalize
+
+        return [finalize(plan.store(s.name), s, plan.store(s.name).read_manifest()) for s in plan.suites]
+    backend = get_backend(serving.backend)(build_dir, manifest, serving, workdir.logs, port=spec.port)
+    with backend as endpoint:
+        if on_ready:
+            on_ready(endpoint)
+        return asyncio.run(run_plan(plan, endpoint, backend.redacted_command(), backend.info(), alive=backend.alive,
+                                    versions=_versions(), show_progress=show_progress))
+
+
+def suites_for_recipes(suites: list[str], recipes: list[str]) -> list[str]:
+    """The configured suites, plus `greedy` when a candidate changes the drafter: its quality must then be
+    unchanged under greedy decoding, which only the greedy-output comparison shows."""
+    from qverify.quantize.recipe import load_recipe
+
+    if "greedy" not in suites and any(load_recipe(r).recipe.serving.requires_drafter for r in recipes):
+        return [*suites, "greedy"]
+    return suites
+
+
+def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], suites: list[str], out=None,
+                evaluate: bool = True) -> tuple[str, list[str]]:
+    """`qverify gate --recipe`: build the baseline and candidates if missing, run missing evals, return build ids.
+
+    Builds are content-addressed, so a second call reuses them; evals resume, so only what
+    is missing runs.
+    """
+    from qverify.quantize.build import build
+    from qverify.serve.profile import resolve_profile
+
+    say = out.info if out is not None else (lambda m: None)
+    quiet = bool(out is not None and out.json_mode)
+    results = []
+    for recipe in [baseline, *candidates]:
+        say(f"build {recipe} …")
+        r = build(recipe, model=cfg.model, drafter=cfg.drafter, workdir=workdir.root,
+                  on_stage=None if quiet else (lambda stage, secs: say(f"  {stage} done in {secs:.1f}s") if secs is not None else None))
+        say(f"  {'reused' if r.reused else 'built'} {r.manifest.build_id}")
+        results.append(r)
+    sv = cfg.serving
+    spec = EvalSpec.from_config(cfg, suites=suites,
+                                serving=resolve_profile(sv.backend, sv.profile, sv.endpoint, sv.api_key_env))
+    for r in results if evaluate else []:  # `gate --budget` evaluates in rounds itself
+        say(f"eval {r.manifest.build_id} ({', '.join(suites)}, {spec.replicates} replicates) …")
+        evaluate_build(workdir, r.manifest.build_id, spec=spec, show_progress=not quiet)
+    return results[0].manifest.build_id, [r.manifest.build_id for r in results[1:]]

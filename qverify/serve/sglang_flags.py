@@ -1,0 +1,62 @@
+"""The SGLang flags model: which SGLang 0.5.23 server arguments a serving profile may set, and their checks.
+
+Field names are SGLang's own (`mem_fraction_static` is `--mem-fraction-static`); extra="forbid" makes a
+misspelt option fail when the profile loads instead of reaching the server.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from qverify.models import ServingProfile
+
+
+class SGLangFlags(BaseModel):
+    """SGLang 0.5.23 server arguments a profile may set, by SGLang's field names."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    python: str | None = Field(None, description="interpreter on the serving node (default: this one)")
+    host: str | None = Field(None, description="bind address (default: the backend's host, 127.0.0.1)")
+    mem_fraction_static: float | None = Field(None, gt=0, le=1)
+    context_length: int | None = Field(None, gt=0)
+    enable_hierarchical_cache: bool = False
+    hicache_ratio: float | None = Field(None, gt=0, description="host KV pool size / device KV pool size")
+    tool_call_parser: str | None = "kimi_k2"
+    reasoning_parser: str | None = None
+    use_drafter: bool = Field(True, description="speculative decoding with the build's drafter, when it has one")
+    speculative_algorithm: str | None = Field(
+        None, description="None: from the drafter (STANDALONE for a separate draft model, EAGLE/EAGLE3 for a head)")
+    speculative_num_steps: int | None = Field(None, ge=1)
+    speculative_eagle_topk: int | None = Field(None, ge=1)
+    speculative_num_draft_tokens: int | None = Field(None, ge=2)
+    enable_deterministic_inference: bool = Field(False, description="batch-invariant kernels; ~34% slower")
+    random_seed: int | None = None
+    enable_metrics: bool = True
+    nnodes: int = Field(1, ge=1)
+    dist_init_addr: str | None = Field(None, description="HOST:PORT of node 0, for multi-node")
+    extra_args: list[str] = Field(default_factory=list, description="further SGLang CLI args, verbatim")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SGLangFlags:
+        if self.hicache_ratio is not None and not self.enable_hierarchical_cache:
+            raise ValueError("hicache_ratio needs enable_hierarchical_cache: true")
+        spec = (self.speculative_num_steps, self.speculative_eagle_topk, self.speculative_num_draft_tokens)
+        if any(v is not None for v in spec) and any(v is None for v in spec):
+            # SGLang asserts all-or-none when it auto-chooses the rest
+            raise ValueError("set all of speculative_num_steps, speculative_eagle_topk, "
+                             "speculative_num_draft_tokens, or none of them")
+        steps, topk, draft = spec
+        if topk == 1 and draft is not None and draft != steps + 1:
+            # SGLang would silently rewrite it; qverify records what actually runs
+            raise ValueError(f"with speculative_eagle_topk 1, speculative_num_draft_tokens must be "
+                             f"speculative_num_steps + 1 = {steps + 1}")
+        if self.nnodes > 1 and not self.dist_init_addr:
+            raise ValueError("nnodes > 1 needs dist_init_addr (HOST:PORT of node 0)")
+        if any(a.split("=")[0] in ("--api-key", "--admin-api-key") for a in self.extra_args):
+            raise ValueError("never put an API key in a profile; set api_key_env to the variable that holds it")
+        return self
+
+
+def sglang_flags(profile: ServingProfile) -> SGLangFlags:
+    return SGLangFlags.model_validate(profile.flags)

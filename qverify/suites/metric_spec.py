@@ -1,0 +1,39 @@
+"""A gate metric as data: name, suite, key, direction, statistic, tolerance.
+
+Each suite declares its own in its file (`Suite.gate_metrics`); the gate reads them from there.
+A declaration whose key ends in `*` is a family expanded from the keys found in the runs
+(e.g. `longctx/accuracy@*` becomes one metric per length bucket).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Direction = Literal["higher", "lower"]
+# how a metric's per-item replicate matrices are made from the runs:
+#   mean        per-item score values as written by the suite's scorer
+#   trigger_f1  centred jackknife pseudo-values of K2VV trigger-F1 against the baseline's runs
+#   kld         per-item kl_stats() of each run against the baseline's runs (needs logprobs)
+#   match       per-item output identity with the baseline's runs (greedy suite)
+Statistic = Literal["mean", "trigger_f1", "kld", "match"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str  # "<suite>/<key>"; a trailing "*" declares a family expanded from the data
+    suite: str
+    key: str  # score key (mean), kl_stats key (kld), or the per-item 0/1 key F1 is built from (trigger_f1)
+    direction: Direction = "higher"
+    tolerance: float = 0.03  # absolute, in the metric's own units
+    gated: bool = True
+    statistic: Statistic = "mean"
+    floor_margin: float | None = None  # trigger_f1: K2VV floor = min F1 between baseline runs - margin
+    doc: str = ""
+
+    @property
+    def is_family(self) -> bool:
+        return self.key.endswith("*")
+
+    def expand(self, key: str) -> MetricSpec:
+        return replace(self, name=f"{self.suite}/{key}", key=key)
