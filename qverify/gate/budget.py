@@ -121,7 +121,7 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
         for c in report.candidates:
             lk.metrics[c.build_id] = {}
             for m in c.metrics:
-                if m.metric in frozen[c.build_id]:
+                if m.metric in frozen[c.build_id] or not m.gated:  # informational metrics decide nothing
                     continue
                 lk.metrics[c.build_id][m.metric] = {"verdict": m.verdict, "delta": m.delta, "lo": m.ci_low,
                                                     "hi": m.ci_high, "n": m.n_items, "result": m.model_dump(mode="json")}
