@@ -1,11 +1,14 @@
 """The `qverify` command: a thin typer root that wires subcommands (each in qverify/commands/).
 
 Errors become one line and a documented exit code (README, "Exit codes"); the full
-traceback shows only with -v.
+traceback shows only with -v. Exit 1 means a gate FAIL and nothing else: OS errors are
+bad input (4, the path is wrong) or infrastructure (3, the disk is full), and anything
+unexpected is infrastructure (3) with a crash log under <workdir>/logs/.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -19,7 +22,9 @@ except ImportError:  # pragma: no cover
     from click import exceptions as click_exc
 
 from qverify import __version__
-from qverify.errors import ExitCode, InfraError, QVerifyError
+from qverify.errors import BadInput, ExitCode, QVerifyError, from_os_error
+
+_workdir = None  # the Workdir, set by the root callback: where a crash log goes
 
 app = typer.Typer(
     name="qverify",
@@ -37,8 +42,16 @@ class AppState:
         from qverify.workdir import Workdir
 
         self.workdir = Workdir.at(workdir)
+        global _workdir
+        _workdir = self.workdir
+        if self.workdir.root.exists() and not self.workdir.root.is_dir():
+            raise BadInput(f"workdir {self.workdir.root} is not a directory",
+                           fix="pass --workdir pointing at a directory (or a path to create), or set $QVERIFY_WORKDIR")
         self.verbose = verbose
         self.out = Output(json_mode=json_mode, verbose=verbose)
+        from qverify.logs import route_library_logs
+
+        route_library_logs(self.workdir.logs, verbose)
 
 
 def _version(value: bool) -> None:
@@ -77,15 +90,48 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {msg} (fix: see 'qverify --help')", file=sys.stderr)
         return _exit(ExitCode.BAD_INPUT)
     except QVerifyError as e:
-        if verbose:
-            traceback.print_exc()
-        # infrastructure errors carry a server log tail: keep its line breaks readable
-        msg = f"{e}\n(fix: {e.fix})" if isinstance(e, InfraError) and e.fix else (str(e) if isinstance(e, InfraError) else e.one_line())
-        print(f"error: {msg}", file=sys.stderr)
-        return _exit(e.exit_code)
+        return _exit(_report(e, verbose))
+    except OSError as e:  # a path that is not what it should be, or a full disk
+        return _exit(_report(from_os_error(e), verbose))
     except (KeyboardInterrupt, getattr(click_exc, "Abort", KeyboardInterrupt)):
         return _exit(130)
+    except Exception as e:  # noqa: BLE001 -- a bug: infrastructure (3), never read as a FAIL verdict (Python's 1)
+        return _exit(_crash(e, verbose))
     return _exit(rv if isinstance(rv, int) else 0)
+
+
+def _report(e: QVerifyError, verbose: bool) -> int:
+    if verbose:
+        traceback.print_exc()
+    # a multi-line message is a server log tail: keep its line breaks readable
+    msg = f"{e}\n(fix: {e.fix})" if "\n" in str(e).strip() and e.fix else e.one_line()
+    print(f"error: {msg}", file=sys.stderr)
+    return e.exit_code
+
+
+def _crash(e: Exception, verbose: bool) -> int:
+    """One line naming the error, the crash log that holds the traceback, and -v."""
+    import tempfile
+    import time
+
+    text = "".join(traceback.format_exception(e))
+    if verbose:
+        print(text, file=sys.stderr, end="")
+    name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    where = None
+    for d in ([_workdir.logs] if _workdir else []) + [Path(tempfile.gettempdir())]:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            (d / name).write_text(f"qverify {__version__}\nargv: {sys.argv}\n\n{text}")
+            where = d / name
+            break
+        except OSError:
+            continue
+    first = (str(e).strip().splitlines() or [""])[0][:200]
+    log = f"; traceback in {where}" if where else ""
+    print(f"error: unexpected {type(e).__name__}: {first} (fix: a bug in qverify{log}; rerun with -v to see it, "
+          f"and report it)", file=sys.stderr)
+    return int(ExitCode.INFRA)
 
 
 def _exit(code: int) -> int:

@@ -1,6 +1,8 @@
 """qverify.toml: the one config object every command builds; CLI flags override it.
 
-Unknown keys are errors that name the key (pydantic extra="forbid").
+Unknown keys are errors that name the key (pydantic extra="forbid"); every number is
+checked against its range here, at the boundary, so a bad value is one line with the fix
+instead of a hang (concurrency 0) or a silent default (limit 0) deep inside a run.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from qverify.errors import BadInput
+from qverify.errors import BadInput, read_input_text
 
 
 class _Strict(BaseModel):
@@ -20,7 +22,7 @@ class _Strict(BaseModel):
 
 class MetricRule(_Strict):
     gate: bool = True
-    tolerance: float | None = Field(None, description="absolute tolerance on the delta (same units as the metric)")
+    tolerance: float | None = Field(None, ge=0, description="absolute tolerance on the delta (same units as the metric)")
 
 
 class ServingConfig(_Strict):
@@ -28,25 +30,38 @@ class ServingConfig(_Strict):
     profile: str | None = Field(None, description="profile name or YAML path (sglang), e.g. b200-tp4")
     endpoint: str | None = None
     api_key_env: str | None = None
-    concurrency: int = 8
-    port: int | None = None
+    concurrency: int = Field(8, ge=1)
+    port: int | None = Field(None, ge=1, le=65535)
+
+
+class ClientConfig(_Strict):
+    """Client timeouts; unset ones take the backend's default (qverify.evals.client.DEFAULT_TIMEOUTS)."""
+
+    connect_timeout_s: float | None = Field(None, gt=0, description="to open a connection")
+    read_timeout_s: float | None = Field(None, gt=0, description="between bytes; a non-streamed answer arrives whole")
+    item_timeout_s: float | None = Field(None, gt=0, description="one item in total, retries included")
 
 
 class QVerifyConfig(_Strict):
     model: str | None = Field(None, description="local HF model dir; default: the embedded qverify-tiny")
     drafter: str | None = None
+    trust_remote_code: bool = Field(False, description="the model's own code (Kimi's tokenizer) may run; recorded per build")
+    calib_samples: int | None = Field(None, description="calibration samples (default: the recipe's)")
+    calib_seq_len: int | None = Field(None, description="tokens per calibration sample (default: the recipe's)")
     baseline: str = "bf16"
     candidates: list[str] = Field(default_factory=lambda: ["fp8kv_nvfp4shared"])
     suites: list[str] = Field(default_factory=lambda: ["coding", "toolcall", "longctx", "verifier", "kld"])
-    replicates: int = 3
-    limit: int | None = Field(None, description="items per suite (default: each suite's default_n)")
+    replicates: int = Field(3, ge=1)
+    limit: int | None = Field(None, ge=1, description="items per suite (default: each suite's default_n)")
     source: str = "synthetic"
-    alpha: float = 0.05
-    error_budget: float = 0.02
+    alpha: float = Field(0.05, gt=0, lt=1)
+    error_budget: float = Field(0.02, ge=0, lt=0.5, description="max infrastructure-error rate of a complete run")
     noise_k: float | None = Field(None, ge=0, description="margin = max(tolerance, noise_k x the baseline's run-to-run "
                                                            "SD of one run's mean); off by default (docs/gate.md)")
     thresholds: dict[str, MetricRule] = Field(default_factory=dict, description="per metric, e.g. 'coding/pass@1'")
     serving: ServingConfig = Field(default_factory=ServingConfig)
+    client: ClientConfig = Field(default_factory=ClientConfig)
+    allow_unsandboxed: bool = Field(False, description="let the coding suite run model code without bwrap (marked)")
     tracking_uri: str | None = None
     report: bool = True
 
@@ -60,8 +75,9 @@ def load_config(path: Path | None) -> QVerifyConfig:
         path = default
     if not path.exists():
         raise BadInput(f"config file {path} not found", fix="pass an existing --config or drop the flag")
+    text = read_input_text(path, "config", "pass the path of a qverify.toml (TOML text)")
     try:
-        raw: dict[str, Any] = tomllib.loads(path.read_text())
+        raw: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise BadInput(f"{path}: malformed TOML: {e}", fix="fix the syntax at that line") from None
     try:
@@ -71,4 +87,5 @@ def load_config(path: Path | None) -> QVerifyConfig:
         loc = ".".join(str(x) for x in err["loc"])
         if err["type"] == "extra_forbidden":
             raise BadInput(f"{path}: unknown key {loc!r}", fix="remove it or check the spelling (README, 'qverify.toml')") from None
-        raise BadInput(f"{path}: {loc}: {err['msg']}", fix="see README, 'qverify.toml'") from None
+        got = f" (got {err['input']!r})" if not isinstance(err.get("input"), dict) else ""
+        raise BadInput(f"{path}: {loc}: {err['msg']}{got}", fix=f"set {loc} within that range (README, 'qverify.toml')") from None

@@ -46,3 +46,43 @@ class InfraError(QVerifyError):
 
 class NotImplementedYet(QVerifyError):
     exit_code = ExitCode.NOT_IMPLEMENTED
+
+
+# errno -> (exit class, what it means, the fix) for OS errors met on the workdir or an input file
+_OS_ERRORS = {
+    "ENOTDIR": (BadInput, "is not a directory", "pass --workdir pointing at a directory (or a path to create)"),
+    "EEXIST": (BadInput, "exists and is not a directory", "pass --workdir pointing at a directory"),
+    "EISDIR": (BadInput, "is a directory, not a file", "pass the path of a file"),
+    "EROFS": (BadInput, "is on a read-only file system", "pass a writable --workdir (or $QVERIFY_WORKDIR)"),
+    "EACCES": (BadInput, "is not writable (permission denied)", "pass a writable --workdir, or fix its permissions"),
+    "EPERM": (BadInput, "is not writable (operation not permitted)", "pass a writable --workdir, or fix its permissions"),
+    "ENOENT": (BadInput, "does not exist", "check the path"),
+    "ENOSPC": (InfraError, "no space left on device", "free disk space under the workdir, or pass --workdir on a bigger disk; "
+               "rerun the same command to resume"),
+    "EDQUOT": (InfraError, "disk quota exceeded", "free space or raise the quota, then rerun the same command to resume"),
+}
+
+
+def from_os_error(e: OSError) -> QVerifyError:
+    """An OSError as bad input (the path is wrong) or infrastructure (the disk is full), with the fix."""
+    import errno as _errno
+
+    name = _errno.errorcode.get(e.errno or 0, "")
+    where = e.filename if e.filename is not None else "a file"
+    kind, what, fix = _OS_ERRORS.get(name, (InfraError, e.strerror or str(e), "check the path and the disk, then rerun"))
+    if name in ("ENOSPC", "EDQUOT"):
+        return kind(f"writing {where}: {what}", fix=fix)
+    return kind(f"{where} {what}", fix=fix)
+
+
+def read_input_text(path, what: str, fix: str) -> str:
+    """A user-given text file (recipe, config, profile): a directory or binary content is bad input."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        raise BadInput(f"{what} {p} is a directory, not a file", fix=fix)
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise BadInput(f"{what} {p} is not a text file (not UTF-8)", fix=fix) from None

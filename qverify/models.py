@@ -62,6 +62,11 @@ class BuildManifest(Strict):
     kv_bytes_per_token: int = 0
     tensor_hashes: dict[str, str] = Field(default_factory=dict, description="file -> tensor name -> sha256 (flattened 'file::name')")
     control: bool = Field(False, description="a lossy control build, expected to FAIL the gate")
+    trust_remote_code: bool = Field(False, description="the source needs its own code (auto_map), explicitly allowed")
+    source_quantization: dict[str, Any] | None = Field(
+        None, description="what the source already carried (e.g. Kimi's INT4 routed experts), kept byte for byte")
+    carried_files: list[str] = Field(default_factory=list, description="non-weight source files carried into the build")
+    drafter_kind: str = Field("causal-lm", description="'causal-lm' (reloaded and compared) or 'eagle3' (checked, carried)")
     created: str = Field(default_factory=utcnow)
 
 
@@ -78,6 +83,20 @@ class ServingProfile(Strict):
     endpoint: str | None = None
     api_key_env: str | None = Field(None, description="environment variable holding the API key (never the key)")
     command_prefix: str | None = Field(None, description="launcher template for multi-node, e.g. 'srun -N2 {cmd}'")
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="sent with every chat request, e.g. {thinking: false} for Kimi K2.x")
+    max_tokens: dict[str, int] = Field(
+        default_factory=dict, description="output budget per suite ('*': every suite); replaces the suite's own")
+
+    def request_options(self, suite: str) -> dict[str, Any]:
+        """What a suite adds to its requests for this model (see Suite.request)."""
+        out: dict[str, Any] = {}
+        if self.chat_template_kwargs:
+            out["chat_template_kwargs"] = dict(self.chat_template_kwargs)
+        budget = self.max_tokens.get(suite, self.max_tokens.get("*"))
+        if budget is not None:
+            out["max_tokens"] = budget
+        return out
 
 
 class Endpoint(Strict):
@@ -180,6 +199,8 @@ class RunManifest(Strict):
     error_budget: float = 0.02
     error_rate: float = 0.0
     complete: bool = False
+    sandbox: Literal["bwrap", "unsandboxed"] | None = Field(
+        None, description="where model code ran (suites that execute it); the gate never compares the two")
     perf: dict[str, float] = Field(default_factory=dict, description="ttft, decode tok/s, accept length")
     started: str = Field(default_factory=utcnow)
     finished: str | None = None

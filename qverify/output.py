@@ -38,10 +38,10 @@ class Output:
 
     def info(self, msg: str) -> None:
         if not self.json_mode:
-            self.err.print(msg)
+            self.err.print(msg, soft_wrap=True)  # one message, one line: piped, rich would cut it at 80
 
     def warn(self, msg: str) -> None:
-        self.err.print(f"[yellow]warning:[/yellow] {msg}")
+        self.err.print(f"[yellow]warning:[/yellow] {msg}", soft_wrap=True)
 
     @contextmanager
     def stdout_is_data(self) -> Iterator[None]:
@@ -65,4 +65,4 @@ class Output:
             os.close(saved)
 
     def error(self, msg: str) -> None:
-        self.err.print(f"[red]error:[/red] {msg}", highlight=False)
+        self.err.print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True)

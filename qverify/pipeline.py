@@ -16,7 +16,8 @@ from typing import Any
 
 from qverify.config import QVerifyConfig, ServingConfig
 from qverify.errors import BadInput
-from qverify.evals.runner import EvalPlan, SuiteSummary, run_plan
+from qverify.evals.client import timeouts_for
+from qverify.evals.runner import EvalPlan, SuiteSummary, run_plan, summarize
 from qverify.models import BuildManifest, Endpoint, ServingProfile
 from qverify.workdir import Workdir
 
@@ -37,6 +38,10 @@ class EvalSpec:
     fresh: bool = False
     grow: bool = False  # stored runs may be extended to a larger item set (`gate --budget` rounds)
     suite_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    connect_timeout_s: float | None = None  # None: the backend's default (evals.client.DEFAULT_TIMEOUTS)
+    read_timeout_s: float | None = None
+    item_timeout_s: float | None = None
+    allow_unsandboxed: bool = False
 
     @classmethod
     def from_config(cls, cfg: QVerifyConfig | None = None, **overrides: Any) -> EvalSpec:
@@ -44,7 +49,9 @@ class EvalSpec:
         cfg = cfg or QVerifyConfig()
         spec = cls(suites=list(cfg.suites), replicates=cfg.replicates, source=cfg.source,
                    concurrency=cfg.serving.concurrency, error_budget=cfg.error_budget, limit=cfg.limit,
-                   port=cfg.serving.port)
+                   port=cfg.serving.port, connect_timeout_s=cfg.client.connect_timeout_s,
+                   read_timeout_s=cfg.client.read_timeout_s, item_timeout_s=cfg.client.item_timeout_s,
+                   allow_unsandboxed=cfg.allow_unsandboxed)
         return spec.override(**overrides)
 
     def override(self, **overrides: Any) -> EvalSpec:
@@ -69,11 +76,21 @@ def serving_profile(sv: ServingConfig, backend: str | None = None, profile: str 
     return resolve_profile(backend, profile or sv.profile, endpoint or sv.endpoint, api_key_env or sv.api_key_env)
 
 
-def token_counter(build_dir: Path) -> Callable[[str], int]:
-    from transformers import AutoTokenizer
+def token_counter(build_dir: Path, trust_remote_code: bool = False) -> Callable[[str], int]:
+    """Counts tokens with the build's tokenizer, loaded on first use: only suites that size prompts
+    by tokens need it, and importing transformers costs seconds a failing or no-op eval should not pay."""
+    tok = None
 
-    tok = AutoTokenizer.from_pretrained(build_dir)
-    return lambda s: len(tok(s, add_special_tokens=False)["input_ids"])
+    def count(s: str) -> int:
+        nonlocal tok
+        if tok is None:
+            from transformers import AutoTokenizer
+
+            # a Kimi build's tokenizer is remote code: allowed exactly when the build was made with --trust-remote-code
+            tok = AutoTokenizer.from_pretrained(build_dir, trust_remote_code=trust_remote_code)
+        return len(tok(s, add_special_tokens=False)["input_ids"])
+
+    return count
 
 
 def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, spec: EvalSpec) -> EvalPlan:
@@ -83,18 +100,23 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, spec: 
         raise BadInput(f"--replicates must be >= 1 (got {spec.replicates})", fix="pass --replicates 3 or more for gating")
     if spec.split not in ("held-out", "train"):
         raise BadInput(f"unknown split {spec.split!r}", fix="use --split held-out")
-    count = token_counter(build_dir)
+    count = token_counter(build_dir, bool(manifest and manifest.trust_remote_code))
+    serving = spec.serving or ServingProfile()
     objs, items = [], {}
     for name in spec.suites:
-        s = get_suite(name, count_tokens=count, **spec.suite_options.get(name, {}))
+        # the profile's per-model request settings (chat_template_kwargs, output budget), then explicit options
+        s = get_suite(name, count_tokens=count, **(serving.request_options(name) | spec.suite_options.get(name, {})))
         if spec.source not in s.sources:
             raise BadInput(f"suite {name} has no item source {spec.source!r}", fix=f"use one of: {', '.join(s.sources)}")
+        s.allow_unsandboxed = spec.allow_unsandboxed
         objs.append(s)
         items[name] = s.items(spec.split, spec.limit or s.default_n, source=spec.source)[: spec.limit or None]
     plan = EvalPlan(build_id=manifest.build_id, manifest=manifest, suites=objs, items=items, replicates=spec.replicates,
                     runs_root=workdir.runs, serving=spec.serving or ServingProfile(), concurrency=spec.concurrency,
                     error_budget=spec.error_budget, split=spec.split, source=spec.source, fresh=spec.fresh,
-                    grow=spec.grow)
+                    timeouts=timeouts_for(spec.serving.backend if spec.serving else "local", spec.connect_timeout_s,
+                                          spec.read_timeout_s, spec.item_timeout_s),
+                    allow_unsandboxed=spec.allow_unsandboxed, grow=spec.grow)
     plan.check_existing()
     return plan
 
@@ -113,22 +135,31 @@ def _versions() -> dict[str, str]:
 
 def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str] | None = None, *,
                    spec: EvalSpec | None = None, show_progress: bool = True,
-                   on_ready: Callable[[Endpoint], None] | None = None, **overrides: Any) -> list[SuiteSummary]:
+                   on_ready: Callable[[Endpoint], None] | None = None, warn: Callable[[str], None] | None = None,
+                   **overrides: Any) -> list[SuiteSummary]:
     """Start (or attach to) the build's server once, run every pending suite × replicate, stop it.
 
     `spec` defaults to qverify.toml's defaults; `suites` and keyword `overrides` (EvalSpec fields) replace parts of it.
+    Results already complete are a no-op: nothing is written and no server is needed.
     """
     from qverify.serve import get_backend
 
     spec = (spec or EvalSpec.from_config()).override(suites=suites, **overrides)
-    workdir.ensure()
     serving = spec.serving or ServingProfile()
     build_dir, manifest = workdir.resolve_build(build_ref)
     plan = make_plan(workdir, build_dir, manifest, spec)
-    if not any(plan.pending().values()):
-        from qverify.evals.runner import finalize
+    pending = plan.pending()
+    closed = {s.name: m for s in plan.suites if (m := plan.store(s.name).read_manifest()) and m.finished}
+    if not any(pending.values()) and len(closed) == len(plan.suites):
+        return [summarize(plan.store(s.name), s, closed[s.name]) for s in plan.suites]
+    if any(s.runs_model_code and pending[s.name] for s in plan.suites):
+        from qverify.suites.sandbox import require_sandbox
 
-        return [finalize(plan.store(s.name), s, plan.store(s.name).read_manifest()) for s in plan.suites]
+        plan.sandbox = require_sandbox(spec.allow_unsandboxed)
+        if plan.sandbox == "unsandboxed" and warn:
+            warn("model code runs UNSANDBOXED (no bwrap here, allowed by --allow-unsandboxed): no filesystem or "
+                 "network isolation; the run is marked and never gated against sandboxed runs")
+    workdir.ensure()
     backend = get_backend(serving.backend)(build_dir, manifest, serving, workdir.logs, port=spec.port)
     with backend as endpoint:
         if on_ready:
@@ -162,7 +193,8 @@ def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates:
     results = []
     for recipe in [baseline, *candidates]:
         say(f"build {recipe} …")
-        r = build(recipe, model=cfg.model, drafter=cfg.drafter, workdir=workdir.root,
+        r = build(recipe, model=cfg.model, drafter=cfg.drafter, workdir=workdir.root, trust_remote_code=cfg.trust_remote_code,
+                  calib_samples=cfg.calib_samples, calib_seq_len=cfg.calib_seq_len,
                   on_stage=None if quiet else (lambda stage, secs: say(f"  {stage} done in {secs:.1f}s") if secs is not None else None))
         say(f"  {'reused' if r.reused else 'built'} {r.manifest.build_id}")
         results.append(r)
@@ -171,5 +203,6 @@ def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates:
                                 serving=resolve_profile(sv.backend, sv.profile, sv.endpoint, sv.api_key_env))
     for r in results if evaluate else []:  # `gate --budget` evaluates in rounds itself
         say(f"eval {r.manifest.build_id} ({', '.join(suites)}, {spec.replicates} replicates) …")
-        evaluate_build(workdir, r.manifest.build_id, spec=spec, show_progress=not quiet)
+        evaluate_build(workdir, r.manifest.build_id, spec=spec, show_progress=not quiet,
+                       warn=out.warn if out is not None else None)
     return results[0].manifest.build_id, [r.manifest.build_id for r in results[1:]]

@@ -30,7 +30,8 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then echo 
 $PIP install -q "torch==2.13.0"
 $PIP install -q -e ".[dev]"
 # bfcl-eval without its vendor SDKs (its data and ast_checker work offline); sglang for its CLI parser only
-# (tests validate generated command lines against it; serving needs a GPU host: pip install -e ".[sglang]").
+# (tests validate generated command lines, its kimi_k2 tool-call detector and its weight-name mapping against it;
+# serving uses SGLang's own virtualenv: scripts/setup_sglang.sh). partial-json-parser: the detector's import.
 $PIP install -q --no-deps "bfcl-eval==2026.3.23" "sglang==0.5.23" "triton==3.9.0"
-$PIP install -q orjson pybase64 msgspec pyzmq IPython
+$PIP install -q orjson pybase64 msgspec pyzmq IPython "partial-json-parser==0.2.1.1.post7"
 echo "[setup] ok: $(.venv/bin/qverify --version)"

@@ -29,3 +29,7 @@ def parrot_dir(tiny_model_dir, tmp_path_factory) -> Path:
     from tests.parrot import make_parrot
 
     return make_parrot(tiny_model_dir, tmp_path_factory.mktemp("parrot") / "model")
+
+
+# The Kimi-shaped checkpoint (INT4 pack-quantized routed experts, remote-code tokenizer), for every test package.
+from tests.fixtures.kimi_shaped import kimi_shaped  # noqa: E402,F401

@@ -74,3 +74,16 @@ def test_suites_list_json():
     assert r.returncode == 0
     names = {s["name"] for s in json.loads(r.stdout)}
     assert {"coding", "toolcall", "longctx", "verifier", "kld"} <= names
+
+
+def test_unexpected_error_is_infrastructure_exit_3_not_fail(monkeypatch, capsys):
+    """Python's own exit status for an uncaught exception is 1, which qverify reserves for a FAIL verdict."""
+    import qverify.quantize.recipe as recipe
+    from qverify.cli import main
+
+    def boom():
+        raise RuntimeError("disk vanished")
+
+    monkeypatch.setattr(recipe, "list_recipes", boom)
+    assert main(["recipes"]) == 3
+    assert "unexpected RuntimeError: disk vanished" in capsys.readouterr().err

@@ -24,7 +24,12 @@ class GPU(BaseModel):
     source: str = "nominal spec figure"
 
 
+# Nominal spec-sheet figures: what capacity articles (and the Kimi K2.6 article check) use.
 HBM_GB: dict[str, float] = {"b200": 180.0, "h200": 141.0, "h100": 80.0}
+# What the GPU itself reports (nvidia-smi memory.total, MiB): the memory SGLang's --mem-fraction-static divides.
+# B200 183,359 MiB = 192.3 GB (NVIDIA markets 180 GB usable / 192 GB HBM3e); H200 143,771 MiB = 150.8 GB
+# (spec sheet: 141 GB); H100 SXM 80 GB 81,559 MiB = 85.5 GB. The planner uses these.
+HBM_MIB: dict[str, int] = {"b200": 183_359, "h200": 143_771, "h100": 81_559}
 
 
 def gpu(name: str, hbm_gb: float | None = None) -> GPU:
@@ -39,4 +44,5 @@ def gpu(name: str, hbm_gb: float | None = None) -> GPU:
             unknown_message("GPU", name, HBM_GB, lookup=key),
             fix=f"use one of: {', '.join(sorted(HBM_GB))}, or give its memory with --hbm-gb",
         )
-    return GPU(name=key, hbm_bytes=round(HBM_GB[key] * GB))
+    return GPU(name=key, hbm_bytes=HBM_MIB[key] * 2**20,
+               source=f"reported by the GPU: {HBM_MIB[key]:,} MiB; spec sheet {HBM_GB[key]:g} GB")

@@ -14,7 +14,7 @@ from qverify.capacity.gpus import GB, GIB
 from qverify.capacity.gpus import gpu as gpu_spec
 from qverify.capacity.kv import KV_BYTES, kv_layout
 from qverify.capacity.published import fmt_tokens, is_kimi_k2_layout, kimi_article_notes
-from qverify.capacity.quantplan import QuantPlan, quant_plan
+from qverify.capacity.quantplan import QuantPlan, quant_plan, with_source
 from qverify.capacity.weights import LINEAR_CLASSES, WeightsEstimate, estimate_weights, text_config
 from qverify.errors import BadInput
 
@@ -87,7 +87,7 @@ def plan(
     (SGLang derives its fraction from that reserve), else none (the fraction already
     leaves the room). `weights` (from a checkpoint) or `weights_gb` replace the estimate.
     """
-    qp = quant_plan(quant) if isinstance(quant, str) else quant
+    qp = with_source(quant_plan(quant) if isinstance(quant, str) else quant, config)
     if tp < 1:
         raise BadInput(f"--tp must be at least 1, got {tp}", fix="pass the tensor-parallel size, e.g. --tp 4")
     if not 0 < mem_fraction <= 1:

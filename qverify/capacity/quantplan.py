@@ -152,3 +152,18 @@ def quant_plan(name_or_path: str) -> QuantPlan:
     loaded = load_recipe(name_or_path)  # extra="forbid", file:line:col errors
     source = f"qverify/quantize/recipes/{loaded.path.name}" if loaded.builtin else str(loaded.path)
     return from_tree(loaded.recipe.model_dump(mode="json"), loaded.recipe.name, source)
+
+
+def shipped_schemes(config: dict[str, Any]) -> dict[str, str]:
+    """Module class -> scheme for what a checkpoint already ships quantized (its compressed-tensors
+    quantization_config), e.g. Kimi's INT4 group-32 routed experts; a build keeps these as shipped."""
+    qc = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config")
+    if not qc:
+        return {}
+    return from_tree({"source": qc}, "source", "config.json quantization_config").schemes
+
+
+def with_source(qp: QuantPlan, config: dict[str, Any]) -> QuantPlan:
+    """The recipe applied on top of the source: modules the recipe leaves alone keep the source's scheme."""
+    base = shipped_schemes(config)
+    return qp.model_copy(update={"schemes": base | dict(qp.schemes)}) if base else qp

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.errors import NotImplementedYet
+from qverify.errors import BadInput, NotImplementedYet
 
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="qverify.toml to read (default ./qverify.toml)")]
 
@@ -17,3 +17,33 @@ def state(ctx: typer.Context):
 
 def not_implemented(what: str, issue: str) -> None:
     raise NotImplementedYet(f"'{what}' is not implemented yet", fix=f"tracked in the issue '{issue}'")
+
+
+def in_range(ge: float | None = None, gt: float | None = None, lt: float | None = None, le: float | None = None,
+             fix: str | None = None):
+    """A typer callback that rejects a number outside the range with a one-line BadInput and its fix.
+
+    Typer's own min=/max= would exit through click's usage error without a fix; this names the
+    flag, the value, the allowed range and what to pass instead.
+    """
+
+    def check(ctx: typer.Context, param: typer.CallbackParam, value: float | None) -> float | None:
+        if value is None or ctx.resilient_parsing:
+            return value
+        bad = ((ge is not None and value < ge) or (gt is not None and value <= gt)
+               or (lt is not None and value >= lt) or (le is not None and value > le))
+        if bad:
+            flag = max(param.opts, key=len) if getattr(param, "opts", None) else param.name
+            bounds = " and ".join(f"{op} {b:g}" for op, b in ((">=", ge), (">", gt), ("<", lt), ("<=", le))
+                                  if b is not None)
+            raise BadInput(f"{flag} must be {bounds} (got {value:g})", fix=fix or f"pass {flag} {bounds}")
+        return value
+
+    return check
+
+
+POSITIVE_INT_FIX = "pass a whole number of 1 or more"
+Count = in_range(ge=1, fix=POSITIVE_INT_FIX)
+Seconds = in_range(gt=0, fix="pass a number of seconds above 0")
+Port = in_range(ge=1, le=65535, fix="pass a port between 1 and 65535, or omit it to pick a free one")
+ErrorBudget = in_range(ge=0, lt=0.5, fix="pass a rate such as 0.02 (2%); at 0.5 or more half the results could be errors")

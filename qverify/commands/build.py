@@ -2,35 +2,19 @@
 
 from __future__ import annotations
 
-import logging
-import os
-import warnings
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from qverify.commands._common import state
+from qverify.commands._common import Count, state
 
 
 def _quiet(verbose: bool) -> None:
-    """Silence library chatter (progress bars, loguru, load reports) unless -v; stdout stays clean for --json."""
-    if verbose:
-        return
-    for var in ("TQDM_DISABLE", "LLM_COMPRESSOR_LOG_DISABLED", "COMPRESSED_TENSORS_LOG_DISABLED"):
-        os.environ.setdefault(var, "1" if var == "TQDM_DISABLE" else "true")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    for name in ("compressed_tensors", "transformers", "llmcompressor", "datasets"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore")
-    try:
-        from loguru import logger
+    """Library chatter (progress bars, loguru, load reports) to the log file unless -v (qverify.logs)."""
+    from qverify.logs import quiet_heavy_libraries
 
-        logger.disable("llmcompressor")
-        logger.disable("compressed_tensors")
-    except ImportError:  # pragma: no cover - loguru comes with llm-compressor
-        pass
+    quiet_heavy_libraries(verbose)
 
 
 def build_cmd(
@@ -40,9 +24,10 @@ def build_cmd(
     drafter: Annotated[Path | None, typer.Option("--drafter", help="drafter model dir (default: <model>/drafter if present)")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="build dir (default: <workdir>/builds/<build-id>)")] = None,
     calib_data: Annotated[str | None, typer.Option("--calib-data", help="mix (default), coding, toolcall, longctx, or a .jsonl/.parquet file")] = None,
-    calib_samples: Annotated[int | None, typer.Option("--calib-samples", help="calibration samples (default: the recipe's)")] = None,
-    calib_seq_len: Annotated[int | None, typer.Option("--calib-seq-len", help="tokens per calibration sample (default: the recipe's)")] = None,
+    calib_samples: Annotated[int | None, typer.Option("--calib-samples", callback=Count, help="calibration samples (default: the recipe's)")] = None,
+    calib_seq_len: Annotated[int | None, typer.Option("--calib-seq-len", callback=Count, help="tokens per calibration sample (default: the recipe's)")] = None,
     force: Annotated[bool, typer.Option("--force", help="rebuild even if the same build exists")] = False,
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="allow the model's own code (e.g. Kimi's tokenization_kimi.py); recorded in build.json")] = False,
 ) -> None:
     """Build a serving build from a recipe with llm-compressor, then verify it loads exactly."""
     s = state(ctx)
@@ -63,7 +48,8 @@ def build_cmd(
         status.start()
     try:
         res = build(recipe, model=model, drafter=drafter, workdir=s.workdir.root, out=out, calib_data=calib_data,
-                    calib_samples=calib_samples, calib_seq_len=calib_seq_len, force=force, on_stage=on_stage)
+                    calib_samples=calib_samples, calib_seq_len=calib_seq_len, force=force,
+                    trust_remote_code=trust_remote_code, on_stage=on_stage)
     finally:
         if status:
             status.stop()

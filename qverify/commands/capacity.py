@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import state
+from qverify.commands._common import Count, in_range, state
 
 
 def capacity_cmd(
@@ -15,12 +15,12 @@ def capacity_cmd(
     config: Annotated[str | None, typer.Option("--config", help="model config.json, model dir, or a shipped name (kimi-k2.6)")] = None,
     recipe: Annotated[str | None, typer.Option("--recipe", help="recipe name or YAML (with --config; default bf16)")] = None,
     gpu: Annotated[str, typer.Option("--gpu", help="b200, h200 or h100 (or any name with --hbm-gb)")] = "b200",
-    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel GPUs per replica")] = 1,
-    mem_fraction: Annotated[float, typer.Option("--mem-fraction", help="HBM share for weights + KV (SGLang --mem-fraction-static)")] = 1.0,
-    reserve_gb: Annotated[float | None, typer.Option("--reserve-gb", help="activation reserve per GPU; default 10 GiB at --mem-fraction 1, else 0")] = None,
+    tp: Annotated[int, typer.Option("--tp", callback=Count, help="tensor-parallel GPUs per replica")] = 1,
+    mem_fraction: Annotated[float, typer.Option("--mem-fraction", callback=in_range(gt=0, le=1, fix="pass a fraction such as 0.85"), help="HBM share for weights + KV (SGLang --mem-fraction-static)")] = 1.0,
+    reserve_gb: Annotated[float | None, typer.Option("--reserve-gb", callback=in_range(ge=0, fix="pass 0 or more GB"), help="activation reserve per GPU; default 10 GiB at --mem-fraction 1, else 0")] = None,
     context: Annotated[str, typer.Option("--context", help="tokens per session, e.g. 100k")] = "100k",
-    weights_gb: Annotated[float | None, typer.Option("--weights-gb", help="total weight GB, replacing the computed figure")] = None,
-    hbm_gb: Annotated[float | None, typer.Option("--hbm-gb", help="HBM per GPU in GB, replacing the table")] = None,
+    weights_gb: Annotated[float | None, typer.Option("--weights-gb", callback=in_range(gt=0, fix="pass a size above 0 GB"), help="total weight GB, replacing the computed figure")] = None,
+    hbm_gb: Annotated[float | None, typer.Option("--hbm-gb", callback=in_range(gt=0, fix="pass a size above 0 GB"), help="HBM per GPU in GB, replacing the table")] = None,
 ) -> None:
     """Plan KV capacity and weight memory for a build on a GPU type."""
     from qverify.capacity.planner import plan

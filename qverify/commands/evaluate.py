@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import ConfigOpt, state
+from qverify.commands._common import ConfigOpt, Count, ErrorBudget, Port, Seconds, state
 
 
 def eval_cmd(
@@ -19,18 +19,22 @@ def eval_cmd(
     build: Annotated[str, typer.Argument(help="build id (or prefix) under <workdir>/builds, or a build dir")],
     suites: Annotated[str | None, typer.Option(help="comma-separated suite names; lmeval:<task> for lm-eval tasks "
                                                     "(default: qverify.toml's suites)")] = None,
-    replicates: Annotated[int | None, typer.Option(help="runs per item, seeds differ per replicate (default 3)")] = None,
+    replicates: Annotated[int | None, typer.Option(callback=Count, help="runs per item, seeds differ per replicate (default 3)")] = None,
     backend: Annotated[str | None, typer.Option(help="local | sglang | endpoint (default: from --profile, else local)")] = None,
     profile: Annotated[str | None, typer.Option(help="serving profile name or YAML (sglang)")] = None,
     endpoint: Annotated[str | None, typer.Option(help="URL of a running server (backend endpoint)")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="env var holding the endpoint's API key")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="requests in flight (default 8)")] = None,
-    limit: Annotated[int | None, typer.Option(help="items per suite (default: each suite's own)")] = None,
+    concurrency: Annotated[int | None, typer.Option(callback=Count, help="requests in flight (default 8)")] = None,
+    limit: Annotated[int | None, typer.Option(callback=Count, help="items per suite (default: each suite's own)")] = None,
     split: Annotated[str, typer.Option(help="held-out (default) or train")] = "held-out",
     source: Annotated[str | None, typer.Option(help="synthetic (default), or a suite's real-data source (humaneval, bfcl)")] = None,
-    port: Annotated[int | None, typer.Option(help="server port (default: a free one)")] = None,
-    error_budget: Annotated[float | None, typer.Option(help="max infrastructure-error rate for a complete run (default 0.02)")] = None,
+    port: Annotated[int | None, typer.Option(callback=Port, help="server port (default: a free one)")] = None,
+    error_budget: Annotated[float | None, typer.Option(callback=ErrorBudget, help="max infrastructure-error rate for a complete run (default 0.02)")] = None,
     fresh: Annotated[bool, typer.Option(help="start suites whose stored results don't match over")] = False,
+    connect_timeout: Annotated[float | None, typer.Option(callback=Seconds, help="seconds to connect (default: the backend's)")] = None,
+    read_timeout: Annotated[float | None, typer.Option(callback=Seconds, help="seconds between bytes (default: the backend's)")] = None,
+    item_timeout: Annotated[float | None, typer.Option(callback=Seconds, help="seconds per item, retries included (default: the backend's)")] = None,
+    allow_unsandboxed: Annotated[bool, typer.Option(help="run coding answers without bwrap (marked; never gated against sandboxed runs)")] = False,
     config: ConfigOpt = None,
 ) -> None:
     """Run suites with replicates against a served build (one server launch per build)."""
@@ -42,8 +46,10 @@ def eval_cmd(
     names = [x.strip() for x in suites.split(",") if x.strip()] if suites is not None else None
     spec = EvalSpec.from_config(cfg, suites=names, replicates=replicates, concurrency=concurrency, limit=limit,
                                 split=split, source=source, port=port, error_budget=error_budget, fresh=fresh,
-                                serving=serving_profile(cfg.serving, backend, profile, endpoint, api_key_env))
-    summaries = evaluate_build(s.workdir, build, spec=spec, show_progress=not s.out.json_mode)
+                                serving=serving_profile(cfg.serving, backend, profile, endpoint, api_key_env),
+                                connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, item_timeout_s=item_timeout,
+                                allow_unsandboxed=allow_unsandboxed or None)
+    summaries = evaluate_build(s.workdir, build, spec=spec, show_progress=not s.out.json_mode, warn=s.out.warn)
     s.out.table("eval", ["suite", "metric", "mean", "replicate spread", "errors", "complete", "tok/s/req", "accept len", "TTFT ms"],
                 [x.row() for x in summaries])
     s.out.data([x.__dict__ for x in summaries])

@@ -46,7 +46,10 @@ def gate_cmd(
     elif baseline or candidate:
         raise BadInput("--baseline and --candidate go together", fix="pass both, or --recipe NAME, or neither (./qverify.toml)")
     else:  # --recipe NAME, or ./qverify.toml's candidates: build and evaluate what is missing
+        from qverify.logs import quiet_heavy_libraries
         from qverify.pipeline import ensure_runs, suites_for_recipes
+
+        quiet_heavy_libraries(s.verbose)
 
         cands = [recipe] if recipe else list(cfg.candidates)
         names = names or suites_for_recipes(list(cfg.suites), cands)

@@ -9,11 +9,11 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import state
+from qverify.commands._common import Port, Seconds, state
 
 BackendOpt = Annotated[str | None, typer.Option("--backend", help="local (CPU, default), sglang, or endpoint")]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", help="built-in profile name (b200-tp4, h200-tp1, local) or a YAML file")]
-PortOpt = Annotated[int | None, typer.Option("--port", help="port to serve on (default: a free one)")]
+PortOpt = Annotated[int | None, typer.Option("--port", callback=Port, help="port to serve on (default: a free one)")]
 EndpointOpt = Annotated[str | None, typer.Option("--endpoint", help="URL of a running server or router (endpoint backend)")]
 KeyEnvOpt = Annotated[str | None, typer.Option("--api-key-env", help="environment variable holding the API key")]
 
@@ -27,7 +27,7 @@ def serve_cmd(
     endpoint: EndpointOpt = None,
     api_key_env: KeyEnvOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the launch command and exit")] = False,
-    ready_timeout: Annotated[float, typer.Option("--ready-timeout", help="seconds to wait for readiness")] = 1200.0,
+    ready_timeout: Annotated[float, typer.Option("--ready-timeout", callback=Seconds, help="seconds to wait for readiness")] = 1200.0,
 ) -> None:
     """Serve a build over an OpenAI-compatible API (local, sglang, endpoint)."""
     from qverify.errors import InfraError

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import state
+from qverify.commands._common import Count, state
 
 suites_app = typer.Typer(help="List suites and show example items.", no_args_is_help=True)
 
@@ -37,7 +37,7 @@ def list_suites(ctx: typer.Context) -> None:
 def show(
     ctx: typer.Context,
     name: str,
-    n: Annotated[int, typer.Option("--n", help="how many items")] = 3,
+    n: Annotated[int, typer.Option("--n", callback=Count, help="how many items")] = 3,
     split: Annotated[str, typer.Option(help="held-out or train")] = "held-out",
     source: Annotated[str, typer.Option(help="synthetic, or the suite's real-data source")] = "synthetic",
 ) -> None:

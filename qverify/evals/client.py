@@ -35,9 +35,38 @@ def _classify_400(text: str) -> str:
     return "context_overflow" if ("context length" in t or "maximum context" in t or "too long" in t) else "bad_request"
 
 
-def parse_chat(data: dict[str, Any]) -> Response:
-    ch = data["choices"][0]
+class MalformedResponse(ValueError):
+    """A 200 whose body is not a completion: recorded per item as `bad_response`, never scored."""
+
+
+def _choice(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise MalformedResponse(f"the body is a JSON {type(data).__name__}, not an object")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise MalformedResponse(f"no choices (got {json.dumps(choices)[:60]})")
+    if not isinstance(choices[0], dict):
+        raise MalformedResponse(f"choices[0] is {json.dumps(choices[0])[:60]}, not an object")
+    return choices[0]
+
+
+def _usage(data: dict[str, Any]) -> dict[str, int]:
+    """Token counts only: servers add nested details (or nulls) that no metric reads."""
+    u = data.get("usage")
+    return {k: v for k, v in u.items() if isinstance(v, int) and not isinstance(v, bool)} if isinstance(u, dict) else {}
+
+
+def _meta(ch: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+    # SGLang returns meta_info inside each choice; older servers (and ours) at the top level
+    meta = ch.get("meta_info") or data.get("meta_info")
+    return meta if isinstance(meta, dict) else {}
+
+
+def parse_chat(data: Any) -> Response:
+    ch = _choice(data)
     msg = ch.get("message") or {}
+    if not isinstance(msg, dict):
+        raise MalformedResponse(f"choices[0].message is {json.dumps(msg)[:60]}, not an object")
     calls = [ToolCall(id=c.get("id"), name=c["function"]["name"], arguments=c["function"].get("arguments") or "")
              for c in msg.get("tool_calls") or []]
     lps = None
@@ -45,32 +74,61 @@ def parse_chat(data: dict[str, Any]) -> Response:
         lps = [{"token": x["token"], "logprob": x["logprob"],
                 "top": {t["token"]: t["logprob"] for t in x.get("top_logprobs") or []}} for x in ch["logprobs"]["content"]]
     return Response(content=msg.get("content"), tool_calls=calls, finish_reason=ch.get("finish_reason"),
-                    usage=data.get("usage") or {}, logprobs=lps, meta_info=data.get("meta_info") or {})
+                    usage=_usage(data), logprobs=lps, meta_info=_meta(ch, data))
 
 
-def parse_completion(data: dict[str, Any]) -> Response:
-    ch = data["choices"][0]
+def parse_completion(data: Any) -> Response:
+    ch = _choice(data)
     lp = ch.get("logprobs") or {}
     rows = None
     if lp.get("tokens"):
         rows = [{"token": t, "logprob": v, "top": top or {}}
                 for t, v, top in zip(lp["tokens"], lp["token_logprobs"], lp.get("top_logprobs") or [None] * len(lp["tokens"]))]
-    return Response(content=ch.get("text"), finish_reason=ch.get("finish_reason"), usage=data.get("usage") or {},
-                    logprobs=rows, meta_info=data.get("meta_info") or {})
+    return Response(content=ch.get("text"), finish_reason=ch.get("finish_reason"), usage=_usage(data),
+                    logprobs=rows, meta_info=_meta(ch, data))
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Client timeouts in seconds: to connect, between bytes, and for one item in total (retries included)."""
+
+    connect_s: float
+    read_s: float
+    item_s: float
+
+    def httpx(self) -> httpx.Timeout:
+        return httpx.Timeout(connect=self.connect_s, read=self.read_s, write=self.read_s, pool=self.item_s)
+
+
+# The embedded CPU server runs a tiny model: a whole answer takes seconds even queued behind a batch, so a
+# minute of silence means it is stuck. A large real model answers a non-streamed request only when it is done:
+# a 32k-token thinking answer at ~30 tok/s under load arrives after ~18 minutes.
+DEFAULT_TIMEOUTS = {"local": Timeouts(5.0, 120.0, 600.0),
+                    "sglang": Timeouts(10.0, 1800.0, 3600.0),
+                    "endpoint": Timeouts(10.0, 1800.0, 3600.0)}
+
+
+def timeouts_for(backend: str, connect_s: float | None = None, read_s: float | None = None,
+                 item_s: float | None = None) -> Timeouts:
+    """The backend's defaults with any of the three overridden (CLI flag or qverify.toml [client])."""
+    d = DEFAULT_TIMEOUTS.get(backend, DEFAULT_TIMEOUTS["endpoint"])
+    return Timeouts(connect_s or d.connect_s, read_s or d.read_s, item_s or d.item_s)
 
 
 class Client:
-    def __init__(self, endpoint: Endpoint, concurrency: int = 8, timeout_s: float = 300.0, retries: int = 4,
+    def __init__(self, endpoint: Endpoint, concurrency: int = 8, timeouts: Timeouts | None = None, retries: int = 4,
                  backoff_s: float = 0.5):
+        if concurrency < 1:  # a semaphore of 0 would wait forever
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.endpoint = endpoint
         self.sem = asyncio.Semaphore(concurrency)
-        self.timeout_s = timeout_s
+        self.timeouts = timeouts or DEFAULT_TIMEOUTS["local"]
         self.retries = retries
         self.backoff_s = backoff_s
         self.in_flight = 0
         self.max_in_flight = 0
         headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key and endpoint.api_key != "EMPTY" else {}
-        self.http = httpx.AsyncClient(base_url=endpoint.base_url, timeout=timeout_s, headers=headers,
+        self.http = httpx.AsyncClient(base_url=endpoint.base_url, timeout=self.timeouts.httpx(), headers=headers,
                                       limits=httpx.Limits(max_connections=concurrency * 2))
 
     async def close(self) -> None:
@@ -82,21 +140,34 @@ class Client:
         async with self.sem:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            t0 = time.perf_counter()
+            tries = [0]
             try:
-                return await self._call(path, body, kind)
+                return await asyncio.wait_for(self._call(path, body, kind, tries), self.timeouts.item_s)
+            except TimeoutError:
+                return CallResult(None, "timeout", time.perf_counter() - t0, tries[0],
+                                  f"no answer within the item timeout ({self.timeouts.item_s:g}s, retries included)")
             finally:
                 self.in_flight -= 1
 
-    async def _call(self, path: str, body: dict[str, Any], kind: str) -> CallResult:
+    async def _call(self, path: str, body: dict[str, Any], kind: str, tries: list[int]) -> CallResult:
         t0 = time.perf_counter()
         err, detail = "connection", None
         for attempt in range(1, self.retries + 2):
+            tries[0] = attempt
             try:
                 r = await self.http.post(path, json=body)
                 if r.status_code == 200:
-                    data = r.json()
-                    resp = parse_chat(data) if kind == "chat" else parse_completion(data)
-                    return CallResult(resp, None, time.perf_counter() - t0, attempt)
+                    try:
+                        data = r.json()
+                        resp = parse_chat(data) if kind == "chat" else parse_completion(data)
+                        return CallResult(resp, None, time.perf_counter() - t0, attempt)
+                    except Exception as e:  # noqa: BLE001 - any body that is not a completion is this item's error
+                        err, detail = "bad_response", f"{type(e).__name__}: {e}"[:200]
+                        if attempt >= 2:  # once more in case a proxy cut it short; a broken server stays broken
+                            break
+                        await asyncio.sleep(self.backoff_s)
+                        continue
                 detail = r.text[:300]
                 if r.status_code not in RETRY_STATUS:
                     err = _classify_400(r.text) if r.status_code == 400 else f"http_{r.status_code}"
@@ -106,11 +177,9 @@ class Client:
                 err, detail = "timeout", str(e)[:200]
             except httpx.TransportError as e:
                 err, detail = "connection", f"{type(e).__name__}: {e}"[:200]
-            except (ValueError, KeyError, IndexError, TypeError) as e:  # a 200 whose body is not a completion
-                err, detail = "bad_response", f"{type(e).__name__}: {e}"[:200]
             if attempt <= self.retries:
                 await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
-        return CallResult(None, err, time.perf_counter() - t0, self.retries + 1, detail)
+        return CallResult(None, err, time.perf_counter() - t0, tries[0], detail)
 
 
 @dataclass
@@ -131,32 +200,44 @@ class StreamTiming:
 
 
 async def stream_chat(client: Client, body: dict[str, Any]) -> StreamTiming:
-    """Send `body` with stream=true and time it; never retried (a retry would distort the timing)."""
+    """Send `body` with stream=true and time it; never retried (a retry would distort the timing).
+
+    Bounded by the client's item timeout; a chunk that is not a JSON object is `bad_response`.
+    """
     body = {"model": client.endpoint.model, **body, "stream": True,
             "stream_options": {"include_usage": True}}  # OpenAI/SGLang: usage in the last chunk
     t0 = time.perf_counter()
-    ttft, tokens = None, None
+    seen: dict[str, Any] = {"ttft": None, "tokens": None}
     try:
-        async with client.sem, client.http.stream("POST", "/chat/completions", json=body) as r:
-            if r.status_code != 200:
-                await r.aread()
-                return StreamTiming(None, time.perf_counter() - t0, None, f"http_{r.status_code}")
-            async for line in r.aiter_lines():
-                if not line.startswith("data:") or line.strip() == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[5:])
-                if "error" in chunk:
-                    return StreamTiming(ttft, time.perf_counter() - t0, tokens, "server_error")
-                for ch in chunk.get("choices") or []:
-                    d = ch.get("delta") or {}
-                    if ttft is None and (d.get("content") or d.get("tool_calls") or d.get("reasoning_content")):
-                        ttft = time.perf_counter() - t0
-                if chunk.get("usage"):
-                    tokens = chunk["usage"].get("completion_tokens")
-    except httpx.TimeoutException:
-        return StreamTiming(ttft, time.perf_counter() - t0, tokens, "timeout")
+        async with client.sem:
+            err = await asyncio.wait_for(_stream(client, body, t0, seen), client.timeouts.item_s)
+    except (TimeoutError, httpx.TimeoutException):
+        err = "timeout"
     except httpx.TransportError:
-        return StreamTiming(ttft, time.perf_counter() - t0, tokens, "connection")
-    except ValueError:
-        return StreamTiming(ttft, time.perf_counter() - t0, tokens, "bad_response")
-    return StreamTiming(ttft, time.perf_counter() - t0, tokens)
+        err = "connection"
+    except (ValueError, AttributeError, TypeError):  # not JSON, invalid UTF-8, or JSON of the wrong shape
+        err = "bad_response"
+    return StreamTiming(seen["ttft"], time.perf_counter() - t0, seen["tokens"], err)
+
+
+async def _stream(client: Client, body: dict[str, Any], t0: float, seen: dict[str, Any]) -> str | None:
+    async with client.http.stream("POST", "/chat/completions", json=body) as r:
+        if r.status_code != 200:
+            await r.aread()
+            return f"http_{r.status_code}"
+        async for line in r.aiter_lines():
+            if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                continue
+            chunk = json.loads(line[5:])
+            if not isinstance(chunk, dict):
+                return "bad_response"
+            if "error" in chunk:
+                return "server_error"
+            for ch in chunk.get("choices") or []:
+                d = ch.get("delta") or {}
+                if seen["ttft"] is None and (d.get("content") or d.get("tool_calls") or d.get("reasoning_content")):
+                    seen["ttft"] = time.perf_counter() - t0
+            tokens = chunk["usage"].get("completion_tokens") if isinstance(chunk.get("usage"), dict) else None
+            if isinstance(tokens, int):
+                seen["tokens"] = tokens
+    return None

@@ -19,7 +19,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from qverify.errors import BadInput, InfraError
-from qverify.evals.client import CallResult, Client, StreamTiming, stream_chat
+from qverify.evals.client import CallResult, Client, StreamTiming, Timeouts, stream_chat
 from qverify.evals.store import RunStore
 from qverify.models import BuildManifest, Endpoint, Item, ItemResult, RunManifest, ServingProfile, content_hash, utcnow
 from qverify.suites.base import Suite, item_set_hash
@@ -68,6 +68,9 @@ class EvalPlan:
     fresh: bool = False
     grow: bool = False  # a stored run may be extended to a larger item set (the sequential gate's rounds)
     perf_probes: int = 4  # streamed requests per suite, one at a time, for TTFT (0: off)
+    timeouts: Timeouts | None = None  # None: the client's defaults for the embedded server
+    allow_unsandboxed: bool = False
+    sandbox: str | None = None  # where model code runs: "bwrap" | "unsandboxed" (set before suites that run it)
     summaries: list[SuiteSummary] = field(default_factory=list)
 
     def store(self, suite: str) -> RunStore:
@@ -126,9 +129,9 @@ async def _one(client: Client, suite: Suite, item: Item, r: int) -> ItemResult:
     if res.response is not None:
         score = await asyncio.to_thread(suite.safe_score, item, res.response)  # sandboxes block; keep the loop free
         ir.scores, ir.reason = score.values, score.reason
-        meta = res.response.meta_info
-        if meta.get("spec_accept_length") is not None:
-            ir.accept_length = float(meta["spec_accept_length"])
+        accept = res.response.meta_info.get("spec_accept_length")
+        if isinstance(accept, (int, float)) and not isinstance(accept, bool):
+            ir.accept_length = float(accept)
     return ir
 
 
@@ -157,7 +160,7 @@ async def perf_probe(client: Client, suite: Suite, items: list[Item], n: int) ->
 
 async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str] | None, server_info: dict,
                    alive=lambda: True, versions: dict | None = None, show_progress: bool = True) -> list[SuiteSummary]:
-    client = Client(endpoint, concurrency=plan.concurrency)
+    client = Client(endpoint, concurrency=plan.concurrency, timeouts=plan.timeouts)
     pending = plan.pending()
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -168,10 +171,15 @@ async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str]
                                 item_set_hash=item_set_hash(plan.items[suite.name]), n_items=len(plan.items[suite.name]),
                                 replicates=plan.replicates, split=plan.split, source=plan.source, sampling=suite.sampling,
                                 serving=plan.serving, server_command=server_command, server_info=server_info,
-                                versions=versions or {}, error_budget=plan.error_budget)
+                                versions=versions or {}, error_budget=plan.error_budget,
+                                sandbox=plan.sandbox if suite.runs_model_code else None)
                 old = st.read_manifest()
                 if old is not None:
                     m.started = old.started
+                    if old.sandbox and m.sandbox and old.sandbox != m.sandbox:
+                        raise InfraError(f"runs/{plan.build_id}/{suite.name} was scored {old.sandbox}, this run would "
+                                         f"be {m.sandbox}; one run never mixes the two",
+                                         fix="run where bwrap works, or pass --fresh to start that suite over")
                 st.write_manifest(m)
                 todo = pending[suite.name]
                 task = prog.add_task(f"{suite.name} ×{plan.replicates}", total=len(plan.items[suite.name]) * plan.replicates,
@@ -188,7 +196,10 @@ async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str]
                 finally:
                     for w in writers.values():
                         w.__exit__(None, None, None)
-                probe = await perf_probe(client, suite, plan.items[suite.name], plan.perf_probes) if plan.perf_probes else {}
+                # timing a server that answered nothing in this suite would only add timeouts
+                answered = any(r.error is None for rs in st.all_results().values() for r in rs)
+                probe = (await perf_probe(client, suite, plan.items[suite.name], plan.perf_probes)
+                         if plan.perf_probes and answered else {})
                 plan.summaries.append(finalize(st, suite, m, probe))
     finally:
         await client.close()
@@ -197,6 +208,13 @@ async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str]
 
 def finalize(st: RunStore, suite: Suite, m: RunManifest, probe: dict[str, float] | None = None) -> SuiteSummary:
     """Close a suite's run: error rate against the budget, completeness, performance, summary."""
+    _close(st, m, probe)
+    m.finished = utcnow()
+    st.write_manifest(m)
+    return summarize(st, suite, m)
+
+
+def _close(st: RunStore, m: RunManifest, probe: dict[str, float] | None) -> None:
     allres = st.all_results()
     flat = [r for rs in allres.values() for r in rs]
     errors = sum(1 for r in flat if r.error)
@@ -212,8 +230,12 @@ def finalize(st: RunStore, suite: Suite, m: RunManifest, probe: dict[str, float]
         "decode_tok_per_s_per_request": (toks / sum(lat)) if lat and toks else None,
         "accept_length": statistics.fmean(acc) if acc else None,
         "completion_tokens": float(toks), **(probe or {})}.items() if v is not None}
-    m.finished = utcnow()
-    st.write_manifest(m)
+
+
+def summarize(st: RunStore, suite: Suite, m: RunManifest) -> SuiteSummary:
+    """The summary of a closed run, read from disk; writes nothing (a complete eval is a no-op)."""
+    allres = st.all_results()
+    errors = sum(1 for rs in allres.values() for r in rs if r.error)
     rep_means = []
     for r in sorted(allres):
         vals = [x.scores[suite.primary_metric] for x in allres[r] if x.error is None and suite.primary_metric in x.scores]
@@ -221,6 +243,6 @@ def finalize(st: RunStore, suite: Suite, m: RunManifest, probe: dict[str, float]
             rep_means.append(sum(vals) / len(vals))
     return SuiteSummary(suite=suite.name, metric=suite.primary_metric,
                         mean=statistics.fmean(rep_means) if rep_means else None, replicate_means=rep_means,
-                        errors=errors, results=len(flat), complete=m.complete,
+                        errors=errors, results=sum(len(rs) for rs in allres.values()), complete=m.complete,
                         tokens_per_s=m.perf.get("decode_tok_per_s_per_request"), accept_length=m.perf.get("accept_length"),
                         latency_s=m.perf.get("latency_mean_s"), ttft_s=m.perf.get("ttft_s"))

@@ -63,6 +63,11 @@ def pair_problems(base: RunData, cand: RunData) -> list[str]:
     if base.manifest is None or cand.manifest is None:
         return []
     out = []
+    sb, sc = base.manifest.sandbox, cand.manifest.sandbox
+    if sb != sc and (sb == "unsandboxed" or sc == "unsandboxed"):
+        # without bwrap, model code also reaches the network and the host: scores are not the same measurement
+        out.append(f"suite {base.suite}: model code ran {sb or 'unrecorded'} for the baseline and {sc or 'unrecorded'} "
+                   f"for the candidate (fix: re-run the unsandboxed one where bwrap works, with --fresh)")
     for f in _SAME:
         a, b = getattr(base.manifest, f), getattr(cand.manifest, f)
         if a != b:

@@ -1,6 +1,11 @@
-"""The gate's terminal table: one per candidate, every metric, its numbers and the one-sentence why."""
+"""The gate's output: on a wide terminal a table per candidate (every metric, its numbers and the
+one-sentence why); piped, in CI or in a narrow terminal a compact summary, one line per gated metric
+(delta, CI, tolerance, verdict) within 100 columns. gate.json and the report hold everything either way.
+"""
 
 from __future__ import annotations
+
+import textwrap
 
 from rich.console import Console
 from rich.table import Table
@@ -44,7 +49,54 @@ def candidate_table(c: CandidateReport, baseline: str) -> Table:
     return t
 
 
+TABLE_MIN_WIDTH = 120  # the table's 11 columns fold into unreadable slivers below this
+LOG_WIDTH = 100
+
+
 def render(report: GateReport, console: Console) -> None:
+    if console.is_terminal and console.width >= TABLE_MIN_WIDTH:
+        render_table(report, console)
+    else:
+        render_compact(report, console, width=min(LOG_WIDTH, console.width) if console.is_terminal else LOG_WIDTH)
+
+
+def _metric_line(m: MetricResult, name_w: int) -> str:
+    band = f"run SD {_num(m.noise_band)}"
+    return (f"{m.metric:<{name_w}}  Δ {m.delta:+.3f} [{m.ci_low:+.3f}, {m.ci_high:+.3f}]  {band:<12} "
+            f"tol {_num(m.tolerance)}  {m.verdict}")
+
+
+def compact_lines(report: GateReport, width: int = LOG_WIDTH) -> list[str]:
+    """Plain text (no markup, no box drawing): what a CI log or `| tee` shows."""
+    out: list[str] = []
+
+    def wrap(text: str, first: str, rest: str) -> None:
+        out.extend(textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False))
+
+    for c in report.candidates:
+        gated = sorted((m for m in c.metrics if m.gated), key=lambda m: m.metric)
+        name_w = min(max((len(m.metric) for m in gated), default=0), 30)
+        wrap(f"{c.recipe} ({c.build_id}) vs {report.baseline_recipe}: {c.verdict}", "", "    ")
+        for m in gated:
+            line = _metric_line(m, name_w)
+            out.append(line if len(line) <= width else f"{m.metric}\n    {_metric_line(m, 0)[len(m.metric):].strip()}")
+        if len(c.metrics) > len(gated):
+            out.append(f"  ({len(c.metrics) - len(gated)} informational metrics: see gate.json / the report)")
+        for r in c.integrity:
+            wrap(r, "  refused: ", "    ")
+        if c.verdict != "PASS":
+            for r in c.reasons[:8]:
+                wrap(r, "  • ", "    ")
+    out.append(f"gate {report.gate_id}: {report.verdict}")
+    return [ln for chunk in out for ln in chunk.split("\n")]
+
+
+def render_compact(report: GateReport, console: Console, width: int = LOG_WIDTH) -> None:
+    for line in compact_lines(report, width):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def render_table(report: GateReport, console: Console) -> None:
     for c in report.candidates:
         console.print(candidate_table(c, report.baseline_recipe))
         for r in c.integrity:

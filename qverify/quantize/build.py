@@ -26,13 +26,15 @@ from pathlib import Path
 from qverify.errors import BadInput, InfraError
 from qverify.models import BuildManifest, content_hash
 from qverify.quantize import manifest as mf
+from qverify.quantize.eagle3 import check_eagle3, is_eagle3
+from qverify.quantize.kv_scales import write_production_scales
 from qverify.quantize.loader import DRAFTER_DIR, VerifyReport, verify_build
 from qverify.quantize.recipe import LoadedRecipe, load_recipe
+from qverify.quantize.shipped import drop_shipped_modules, merge_shipped, read_shipped
+from qverify.quantize.source import carry_files, check_model_dir, copy_model, copy_tokenizer, needs_remote_code
 from qverify.workdir import Workdir, is_build, manifest_path
 
 OnStage = Callable[[str, float | None], None]
-_MODEL_FILES = ("config.json", "generation_config.json")
-_TOKENIZER_PREFIXES = ("tokenizer", "special_tokens_map", "chat_template", "added_tokens", "vocab", "merges")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
@@ -55,34 +57,17 @@ def versions() -> dict[str, str]:
     return out
 
 
-def check_model_dir(path: Path, what: str, default: bool = False) -> Path:
-    """A local Hugging Face model dir: config.json with a model_type, *.safetensors, unquantized."""
-    if not path.is_dir():
-        if default:
-            raise BadInput(f"the embedded model qverify-tiny is not installed at {path}",
-                           fix="pass --model DIR, or train it with scripts/train_reference_model.py")
-        raise BadInput(f"{what} dir {path} not found", fix=f"pass --{what} DIR with a Hugging Face model")
-    try:
-        config = json.loads((path / "config.json").read_text())
-        assert isinstance(config, dict) and config.get("model_type")
-    except (OSError, ValueError, AssertionError):
-        raise BadInput(f"{path} is not a Hugging Face model dir (no valid config.json with model_type)",
-                       fix=f"pass --{what} DIR containing config.json and *.safetensors") from None
-    if not list(path.glob("*.safetensors")):
-        raise BadInput(f"{path} is not a Hugging Face model dir (no *.safetensors weights)",
-                       fix=f"pass --{what} DIR containing config.json and *.safetensors")
-    if what == "model" and not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        raise BadInput(f"{path} has no tokenizer files", fix="save the tokenizer next to the model (tokenizer.save_pretrained)")
-    if config.get("quantization_config"):
-        raise BadInput(f"{path} is already quantized", fix=f"pass the unquantized {what} (e.g. a bf16 build's source)")
-    return path.resolve()
-
-
 def _resolve_drafter(model: Path, drafter: Path | None, recipe: LoadedRecipe) -> Path | None:
-    if drafter is not None:
-        return check_model_dir(Path(drafter).expanduser(), "drafter")
-    if (model / DRAFTER_DIR / "config.json").is_file():
-        return check_model_dir(model / DRAFTER_DIR, "drafter")
+    path = Path(drafter).expanduser() if drafter is not None else model / DRAFTER_DIR
+    if drafter is not None or (path / "config.json").is_file():
+        path = check_model_dir(path, "drafter")
+        if is_eagle3(json.loads((path / "config.json").read_text())):
+            if recipe.recipe.drafter is not None:
+                raise BadInput(f"recipe {recipe.recipe.name} quantizes the drafter, but {path} is an EAGLE3 head "
+                               "(not a causal LM llm-compressor can calibrate)",
+                               fix="pick the recipe without the drafter stage; the head is then carried as is")
+            check_eagle3(path, json.loads((model / "config.json").read_text()))  # a bad head is bad input: refuse it now
+        return path
     if recipe.recipe.serving.requires_drafter:
         raise BadInput(f"recipe {recipe.recipe.name} quantizes the drafter but {model} has no drafter/",
                        fix="pass --drafter DIR, or pick a recipe without a drafter stage")
@@ -118,13 +103,6 @@ def _clean_stale(out: Path) -> None:
             pass
 
 
-def _copy_model(src: Path, dst: Path) -> None:
-    dst.mkdir(parents=True, exist_ok=True)
-    for p in sorted(src.iterdir()):
-        if p.is_file() and (p.name in _MODEL_FILES or p.name.endswith((".safetensors", ".safetensors.index.json"))):
-            shutil.copy2(p, dst / p.name)
-
-
 def _dtype_name(config: dict) -> str:
     d = str(config.get("dtype") or config.get("torch_dtype") or "bfloat16")
     return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(d, d)
@@ -133,7 +111,7 @@ def _dtype_name(config: dict) -> str:
 def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path | str | None = None,
           workdir: Path | str = ".qverify", out: Path | str | None = None, calib_data: str | None = None,
           calib_samples: int | None = None, calib_seq_len: int | None = None, force: bool = False,
-          on_stage: OnStage | None = None) -> BuildResult:
+          trust_remote_code: bool = False, on_stage: OnStage | None = None) -> BuildResult:
     """Build (or reuse) a serving build. Bad input or disk full → BadInput; a fresh build failing its load check → InfraError."""
     from qverify.assets import default_model_dir
     from qverify.quantize.calibration import load_calibration
@@ -142,7 +120,12 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
     with _stage("resolve", on_stage, seconds):
         loaded = load_recipe(recipe)
         rec = loaded.recipe
-        model_dir = check_model_dir(Path(model or default_model_dir()).expanduser(), "model", default=model is None)
+        model_dir = check_model_dir(Path(model or default_model_dir()).expanduser(), "model", default=model is None,
+                                    allow_quantized=True)
+        if needs_remote_code(model_dir) and not trust_remote_code:
+            raise BadInput(f"{model_dir} loads through remote code (auto_map, e.g. Kimi's tokenization_kimi.py)",
+                           fix="read that code, then pass --trust-remote-code (it is recorded in build.json)")
+        shipped = read_shipped(model_dir, json.loads((model_dir / "config.json").read_text()))
         drafter_dir = _resolve_drafter(model_dir, Path(drafter) if drafter else None, loaded)
         source_hash, _ = mf.model_hash(model_dir)
         drafter_hash = mf.model_hash(drafter_dir)[0] if drafter_dir else None
@@ -153,6 +136,8 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
         vers = versions()
         key = {"source": source_hash, "drafter": drafter_hash, "recipe": rec.digest, "versions": vers,
                "calibration": calib.describe() | {"source": None} if calib else None}
+        if trust_remote_code:  # only when set, so ids of existing builds do not change
+            key["trust_remote_code"] = True
         build_id = f"{rec.name}-{content_hash(key, 12)}"
         out_dir = Path(out).expanduser().resolve() if out else Workdir.at(workdir).build_dir(build_id)
         reused = _reuse(out_dir, build_id, force)
@@ -164,7 +149,8 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        summary = _produce(tmp, loaded, model_dir, drafter_dir, calib, on_stage, seconds)
+        summary, carried = _produce(tmp, loaded, model_dir, drafter_dir, calib, shipped, trust_remote_code,
+                                    on_stage, seconds)
         with _stage("write", on_stage, seconds):
             config = json.loads((tmp / "config.json").read_text())
             kv_dtype = "fp8_e4m3" if rec.serving.kv_cache_dtype == "fp8_e4m3" else _dtype_name(config)
@@ -178,7 +164,10 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
                 versions=vers, quantization=summary, serving=rec.serving.model_dump(mode="json"),
                 bytes_by_dtype=by_dtype, total_bytes=sum(by_dtype.values()), kv_dtype=kv_dtype,
                 kv_bytes_per_token=mf.kv_bytes_per_token(config, kv_dtype), tensor_hashes=mf.hash_dir(tmp),
-                control=rec.control)
+                control=rec.control, trust_remote_code=trust_remote_code,
+                source_quantization=shipped.describe() if shipped else None, carried_files=carried,
+                drafter_kind="eagle3" if drafter_dir and is_eagle3(json.loads((drafter_dir / "config.json").read_text()))
+                else "causal-lm")
             manifest_path(tmp).write_text(manifest.model_dump_json(indent=2))
         with _stage("verify", on_stage, seconds):
             try:
@@ -218,60 +207,64 @@ def _publish(tmp: Path, out_dir: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _copy_tokenizer(src: Path, fallback: Path, dst: Path) -> None:
-    """Copy the tokenizer files byte for byte (the drafter falls back to the target's)."""
-    files = [p for p in sorted(src.iterdir()) if p.is_file() and p.name.startswith(_TOKENIZER_PREFIXES)]
-    if not files and src != fallback:
-        return _copy_tokenizer(fallback, fallback, dst)
-    dst.mkdir(parents=True, exist_ok=True)
-    for p in files:
-        shutil.copy2(p, dst / p.name)
-
-
-def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path | None, calib, on_stage, seconds):
-    """Write the target (and drafter) checkpoints into tmp; returns the quantization summary."""
+def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path | None, calib, shipped,
+             trust_remote_code: bool, on_stage, seconds):
+    """Write the target (and drafter) into tmp; returns (what the recipe changed, the carried file names)."""
     from qverify.quantize import compress
 
     rec = loaded.recipe
-    dataset = None
+    dataset, tokenizer = None, None
     if calib is not None:
         with _stage("calibrate", on_stage, seconds):
             from transformers import AutoTokenizer
 
             from qverify.quantize.calibration import to_dataset
 
-            dataset = to_dataset(calib, AutoTokenizer.from_pretrained(model_dir))
-    summary = []
+            tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+            dataset = to_dataset(calib, tokenizer)
+    summary, carried = [], []
     for which, src, dst in (("target", model_dir, tmp), ("drafter", drafter_dir, tmp / DRAFTER_DIR)):
         if src is None:
             continue
         stage = getattr(rec, which)
         noise = rec.corrupt.shared_expert_noise if which == "target" and rec.corrupt is not None else None
+        names: list[str] = []
         if stage is None and noise is not None:
             with _stage("noise shared experts", on_stage, seconds):
-                model = compress.load_source(src)
+                model = compress.load_source(src, None, trust_remote_code)
                 compress.noise_shared_experts(model, noise, rec.corrupt.seed)
                 model.save_pretrained(dst)
                 del model
                 gc.collect()
         elif stage is None:
             with _stage(f"copy {which}", on_stage, seconds):
-                _copy_model(src, dst)
+                names = copy_model(src, dst)
         else:
             with _stage(f"oneshot {which}", on_stage, seconds):
-                model = compress.load_source(src)
+                keep = shipped if which == "target" else None
+                model = compress.load_source(src, keep, trust_remote_code)
                 compress.quantize(model, stage, dataset, calib.seq_len, rec.calibration.pipeline,
-                                  f"{loaded.path}: {which}")
+                                  f"{loaded.path}: {which}", processor=tokenizer)
                 if which == "target" and rec.corrupt is not None and rec.corrupt.kv_scale_factor is not None:
                     compress.shrink_kv_scales(model, rec.corrupt.kv_scale_factor)
                 if noise is not None:
                     compress.noise_shared_experts(model, noise, rec.corrupt.seed)
                 counts = mf.module_counts(model)  # before saving: save compresses weights in place
+                if keep is not None:
+                    drop_shipped_modules(model, keep)
                 compress.save(model, dst)
                 qc = json.loads((dst / "config.json").read_text()).get("quantization_config")
                 summary += mf.quantization_summary(counts, qc, prefix="" if which == "target" else "drafter:")
+                if keep is not None:
+                    merge_shipped(dst, src, keep)
+                if which == "target" and (qc or {}).get("kv_cache_scheme"):
+                    write_production_scales(dst)  # the one scale SGLang loads (qverify/quantize/kv_scales.py)
                 del model
                 gc.collect()
-        _copy_tokenizer(src, model_dir, dst)
+        names += carry_files(src, dst)
+        if which == "target":
+            carried = names
+        else:
+            copy_tokenizer(src, model_dir, dst)
     (tmp / "recipe.yaml").write_text(loaded.recipe.resolved_yaml())
-    return summary
+    return summary, carried

@@ -27,7 +27,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from qverify.quantize.manifest import IntegrityError
+from qverify.quantize.kv_scales import check_production_scales, is_sglang_kv_scale
+from qverify.quantize.manifest import IntegrityError, safetensors_header
 
 _EXPERT_KEY = re.compile(r"^(?P<prefix>.*\.experts)\.(?P<idx>\d+)\.(?P<rest>.+)$")
 _QUANTIZED_EXPERT = re.compile(r"\.experts\.\d+\..*\.(weight_packed|weight_scale|weight_global_scale|input_global_scale|weight_zero_point)$")
@@ -39,18 +40,36 @@ class LoadCheck:
     mode: str  # "transformers" or "linearized"
     tensors: int  # checkpoint tensors compared bitwise
     quantized: bool
+    sglang_kv_scales: int = 0  # SGLang's one-scale-per-layer tensors, checked against their compressed-tensors pair
 
 
-def _read_checkpoint(path: Path) -> dict:
-    from safetensors.torch import load_file
-
+def _shard_files(path: Path) -> list[Path]:
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise IntegrityError(f"{path} has no *.safetensors", fix="rebuild it with --force")
+    return files
+
+
+def _iter_shards(path: Path):
+    """Each shard's tensors, one shard in memory at a time; SGLang's KV scale names are set aside
+    (no transformers module holds them; `_check_sglang_scales` checks them against their pair)."""
+    from safetensors.torch import load_file
+
+    for f in _shard_files(path):
+        shard = load_file(f)
+        yield {k: v for k, v in shard.items() if not is_sglang_kv_scale(k)}, {k: v for k, v in shard.items() if is_sglang_kv_scale(k)}
+
+
+def _read_checkpoint(path: Path) -> dict:
+    """The whole checkpoint in memory (tests only: loading streams shard by shard)."""
     out: dict = {}
-    for f in files:
-        out.update(load_file(f))
+    for shard, _ in _iter_shards(path):
+        out.update(shard)
     return out
+
+
+def _checkpoint_keys(path: Path) -> list[str]:
+    return [k for f in _shard_files(path) for k in safetensors_header(f)[0] if not is_sglang_kv_scale(k)]
 
 
 @contextlib.contextmanager
@@ -92,6 +111,7 @@ def _load_transformers(path: Path, keys):
         cause = f"tensor {missing} is missing" if missing else " ".join(str(e).split())[:200]
         raise IntegrityError(f"{path.name}: the checkpoint does not load: {cause}",
                              fix="do not serve this build; rebuild it") from None
+    info["unexpected_keys"] = {k for k in info.get("unexpected_keys") or () if not is_sglang_kv_scale(k)}
     problems = {k: sorted(v) for k, v in info.items() if v}
     if problems:
         kind, keys = next(iter(problems.items()))
@@ -118,15 +138,17 @@ def _quiet_libraries():
         match_log.setLevel(level)
 
 
-def _load_linearized(path: Path, ckpt: dict):
+def _load_linearized(path: Path):
     import torch
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config
     from llmcompressor.modeling.moe.linearize import linearize_moe
     from llmcompressor.utils.dev import skip_weights_initialize
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(path)
+    from qverify.quantize.shipped import native_config
+
+    config = native_config(path)  # Kimi's model_type kimi_k2 -> native DeepSeek-V3, no remote model code
     qconfig = QuantizationConfig.model_validate(config.quantization_config)
     del config.quantization_config
     dtype = getattr(config, "dtype", None) or torch.bfloat16
@@ -136,11 +158,16 @@ def _load_linearized(path: Path, ckpt: dict):
         linearize_moe(model)
         apply_quantization_config(model, qconfig, run_compressed=False, show_progress=False)
     ModelCompressor(quantization_config=qconfig).compress_model(model)
-    # assign=True keeps each tensor's checkpoint dtype (e.g. the fp32 router bias).
-    result = model.load_state_dict(ckpt, strict=False, assign=True)
+    # assign=True keeps each tensor's checkpoint dtype (e.g. the fp32 router bias); one shard at a time.
+    expected, loaded, unexpected = set(model.state_dict()), set(), []
+    for shard, _ in _iter_shards(path):
+        result = model.load_state_dict(shard, strict=False, assign=True)
+        unexpected += result.unexpected_keys
+        loaded |= set(shard)
+        del shard
     tied = set(getattr(model, "_tied_weights_keys", None) or ()) if getattr(config, "tie_word_embeddings", False) else set()
-    missing = [k for k in result.missing_keys if k not in tied]
-    for kind, keys in (("missing", missing), ("unexpected", result.unexpected_keys)):
+    missing = sorted(expected - loaded - tied)
+    for kind, keys in (("missing", missing), ("unexpected", unexpected)):
         if keys:
             raise IntegrityError(f"{path.name}: {len(keys)} {kind} tensors on load, e.g. {keys[0]}",
                                  fix="the build does not match its architecture; rebuild it")
@@ -165,19 +192,25 @@ def _same(a, b) -> bool:
     return torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
 
 
-def compare_to_checkpoint(model, ckpt: dict, mode: str, path: Path) -> int:
-    """Every checkpoint tensor must be in the model, bitwise equal; nothing else may be."""
-    state = model.state_dict()
-    if mode == "transformers":
-        from transformers.core_model_loading import revert_weight_conversion
+def compare_to_checkpoint(model, ckpt: dict, mode: str, path: Path, state: dict | None = None,
+                          all_keys: set[str] | None = None) -> int:
+    """Every checkpoint tensor must be in the model, bitwise equal; nothing else may be.
 
-        state = revert_weight_conversion(model, dict(state))
+    Called once per shard with `state` (the model's, computed once) and `all_keys` (every checkpoint name).
+    """
+    if state is None:
+        state = model.state_dict()
+        if mode == "transformers":
+            from transformers.core_model_loading import revert_weight_conversion
+
+            state = revert_weight_conversion(model, dict(state))
+    keys = set(ckpt) if all_keys is None else all_keys
     missing = [k for k in ckpt if k not in state]
     if missing:
         raise IntegrityError(f"{path.name}: tensor {missing[0]} was not loaded ({len(missing)} in all)",
                              fix="do not serve this build; rebuild it")
-    ptrs = {ckpt_t.data_ptr() for k, ckpt_t in state.items() if k in ckpt}
-    extra = [k for k, t in state.items() if k not in ckpt and t.data_ptr() not in ptrs]  # tied aliases are fine
+    ptrs = {t.data_ptr() for k, t in state.items() if k in keys}
+    extra = [k for k, t in state.items() if k not in keys and t.data_ptr() not in ptrs]  # tied aliases are fine
     if extra:
         raise IntegrityError(f"{path.name}: model tensor {extra[0]} is not in the checkpoint (freshly initialised)",
                              fix="do not serve this build; rebuild it")
@@ -188,24 +221,41 @@ def compare_to_checkpoint(model, ckpt: dict, mode: str, path: Path) -> int:
     return len(ckpt)
 
 
+def _compare_streamed(model, mode: str, path: Path) -> tuple[int, int]:
+    """Compare shard by shard (peak memory: the model plus one shard); returns (tensors, SGLang KV scales)."""
+    state = model.state_dict()
+    if mode == "transformers":
+        from transformers.core_model_loading import revert_weight_conversion
+
+        state = revert_weight_conversion(model, dict(state))
+    all_keys, n, sglang, pairs = set(_checkpoint_keys(path)), 0, {}, {}
+    for shard, scales in _iter_shards(path):
+        n += compare_to_checkpoint(model, shard, mode, path, state=state, all_keys=all_keys)
+        sglang |= {k: v.float().item() for k, v in scales.items()}
+        pairs |= {k: v.float().item() for k, v in shard.items() if k.endswith(("self_attn.k_scale", "self_attn.v_scale"))}
+    if sglang or pairs:
+        check_production_scales(sglang, pairs, path.name)
+    return n, len(sglang)
+
+
 def load_checkpoint(path: Path):
     """(model on CPU in eval mode with weights decompressed, LoadCheck); IntegrityError on any mismatch."""
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import QuantizationConfig
 
     config = json.loads((path / "config.json").read_text())
-    ckpt = _read_checkpoint(path)
+    keys = _checkpoint_keys(path)
     qc = config.get("quantization_config")
-    if qc and any(_QUANTIZED_EXPERT.search(k) for k in ckpt):
-        model, qconfig = _load_linearized(path, ckpt)
+    if qc and any(_QUANTIZED_EXPERT.search(k) for k in keys):
+        model, qconfig = _load_linearized(path)
         mode = "linearized"
     else:
-        model = _load_transformers(path, ckpt)
+        model = _load_transformers(path, keys)
         qconfig = QuantizationConfig.model_validate(qc) if qc else None
         mode = "transformers"
-    n = compare_to_checkpoint(model, ckpt, mode, path)
+    n, sglang_scales = _compare_streamed(model, mode, path)
     if hasattr(model, "ct_decompress_hook"):
         # Decompress now rather than in a hook on the first forward (which may run on a server thread).
         ModelCompressor(quantization_config=qconfig).decompress_model(model)
     model.eval()
-    return model, LoadCheck(path=str(path), mode=mode, tensors=n, quantized=qc is not None)
+    return model, LoadCheck(path=str(path), mode=mode, tensors=n, quantized=qc is not None, sglang_kv_scales=sglang_scales)

@@ -20,12 +20,23 @@ def lc_recipe(stage: dict[str, Any], where: str):
                        fix="check the modifier arguments against llm-compressor 0.14") from None
 
 
-def load_source(model_dir: Path):
-    """The unquantized source model; a checkpoint that does not fill its architecture is refused."""
+def load_source(model_dir: Path, shipped=None, trust_remote_code: bool = False):
+    """The source model for calibration; a checkpoint that does not fill its architecture is refused.
+
+    A source that ships quantized modules (`shipped`) is loaded with them dequantized: llm-compressor then
+    calibrates on the numerics the release serves, and the build puts the shipped tensors back as they were.
+    """
     from transformers import AutoModelForCausalLM
 
+    from qverify.quantize.shipped import load_dequantized, model_code_trust, native_config
+
+    if shipped is not None:
+        return load_dequantized(model_dir, shipped, trust_remote_code)
+    config = native_config(model_dir, trust_remote_code)
+    trust_remote_code = model_code_trust(model_dir, trust_remote_code) and config.model_type != "deepseek_v3"
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", output_loading_info=True)
+        model, info = AutoModelForCausalLM.from_pretrained(model_dir, config=config, dtype="auto", output_loading_info=True,
+                                                           trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as e:
         raise BadInput(f"{model_dir} does not load as a causal LM: {str(e).splitlines()[0][:200]}",
                        fix="pass a Hugging Face model dir (config.json + *.safetensors)") from None
@@ -59,7 +70,7 @@ def check_targets(model, recipe, where: str) -> None:
                            fix="drop kv_cache_scheme from the recipe")
 
 
-def quantize(model, stage: dict[str, Any], dataset, seq_len: int, pipeline: str, where: str):
+def quantize(model, stage: dict[str, Any], dataset, seq_len: int, pipeline: str, where: str, processor=None):
     """Run oneshot in place and return the model (experts linearized, quantization applied)."""
     from llmcompressor import oneshot
     from llmcompressor.modeling.moe.linearize import linearize_moe
@@ -69,8 +80,14 @@ def quantize(model, stage: dict[str, Any], dataset, seq_len: int, pipeline: str,
     # check see the per-expert Linear modules that patterns like `re:.*experts.*` select.
     linearize_moe(model)
     check_targets(model, recipe, where)
+    # The sequential pipeline runs one decoder layer at a time, onloading it to the GPU when there is one (llm-compressor
+    # picks the device) while the rest stays offloaded on CPU: how a 1T-parameter model calibrates, as in
+    # llm-compressor's DeepSeek/Kimi examples. `basic` runs the whole model per batch (faster for tiny models on CPU).
+    extra = {"sequential_targets": list(getattr(model, "_no_split_modules", None) or [])} if pipeline == "sequential" else {}
     oneshot(model=model, recipe=recipe, dataset=dataset, num_calibration_samples=len(dataset),
-            max_seq_length=seq_len, shuffle_calibration_samples=False, pipeline=pipeline)
+            max_seq_length=seq_len, shuffle_calibration_samples=False, pipeline=pipeline,
+            # given explicitly: llm-compressor would otherwise load it from the model path without trust_remote_code
+            **({"processor": processor} if processor is not None else {}), **extra)
     return model
 
 

@@ -7,6 +7,7 @@ verifies is a build that serves the weights it claims to.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,7 +104,11 @@ def load_build(build_dir: Path | str, device: str = "cpu", check_hashes_first: b
     model, target_check = load_checkpoint(build_dir)
     checks["target"] = target_check
     drafter, drafter_check = None, None
-    if (build_dir / DRAFTER_DIR / "config.json").is_file():
+    if manifest.drafter_kind == "eagle3":  # not a causal LM: checked for SGLang and carried, never run here
+        from qverify.quantize.eagle3 import check_eagle3
+
+        checks["drafter_eagle3"] = check_eagle3(build_dir / DRAFTER_DIR, json.loads((build_dir / "config.json").read_text()))
+    elif (build_dir / DRAFTER_DIR / "config.json").is_file():
         drafter, drafter_check = load_checkpoint(build_dir / DRAFTER_DIR)
         checks["drafter"] = drafter_check
     elif manifest.drafter:
@@ -112,7 +117,8 @@ def load_build(build_dir: Path | str, device: str = "cpu", check_hashes_first: b
     if manifest.kv_dtype.startswith("fp8") and not _kv_quantized(model):
         raise IntegrityError(f"{build_dir.name}: build.json says {manifest.kv_dtype} KV cache but the loaded model "
                              "has no KV quantization", fix="rebuild it with --force")
-    tokenizer = AutoTokenizer.from_pretrained(build_dir)
+    # Remote tokenizer code (Kimi's tokenization_kimi.py) runs only when the build was made with --trust-remote-code.
+    tokenizer = AutoTokenizer.from_pretrained(build_dir, trust_remote_code=manifest.trust_remote_code)
     if device != "cpu":
         model.to(device)
         if drafter is not None:
@@ -128,5 +134,6 @@ def verify_build(build_dir: Path | str) -> VerifyReport:
     target, drafter = lb.checks["target"], lb.checks.get("drafter")
     return VerifyReport(build_dir=str(lb.build_dir), build_id=lb.manifest.build_id, recipe=lb.manifest.recipe,
                         hashed=lb.checks.get("hashed", 0), compared=target.tensors + (drafter.tensors if drafter else 0),
-                        target_load=target.mode, drafter_load=drafter.mode if drafter else None,
+                        target_load=target.mode,
+                        drafter_load=drafter.mode if drafter else ("eagle3 (checked, not loaded)" if "drafter_eagle3" in lb.checks else None),
                         kv_cache_quantized=_kv_quantized(lb.model), seconds=round(time.time() - t0, 2))

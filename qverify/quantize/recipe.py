@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from qverify.errors import BadInput
+from qverify.errors import BadInput, read_input_text
 from qverify.models import content_hash
 from qverify.registry import Registry
 
@@ -212,6 +212,6 @@ def load_recipe(name_or_path: str | Path) -> LoadedRecipe:
     if p.suffix in (".yaml", ".yml") or "/" in s:  # a bare word is always a name, never a file in cwd
         if not p.is_file():
             raise BadInput(f"recipe file {s} not found", fix="pass an existing YAML path or a name from 'qverify recipes'")
-        return parse_recipe(p.read_text(), p)
+        return parse_recipe(read_input_text(p, "recipe", "pass a recipe YAML file or a name from 'qverify recipes'"), p)
     path = _registry().get(s)
     return parse_recipe(path.read_text(), path, builtin=True)

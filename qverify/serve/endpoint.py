@@ -16,8 +16,9 @@ import httpx
 
 from qverify.errors import BadInput, InfraError
 from qverify.models import Endpoint
-from qverify.serve.base import ServerBackend, backends, tail
+from qverify.serve.base import ServerBackend, backends
 from qverify.serve.openai_http import (
+    READY_PATHS,
     auth_headers,
     fetch_server_info,
     probe_ready,
@@ -52,19 +53,29 @@ class EndpointBackend(ServerBackend):
         with open(self.log_path, "a") as f:
             f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
+    def wait_ready(self, timeout: float = 60.0, unreachable_s: float = 5.0) -> None:
+        """An attached server is already up: if nothing answers within `unreachable_s` it is not there.
+
+        One that answers but is not ready yet (HTTP 503 while loading) gets up to `timeout`.
+        """
+        t0 = time.monotonic()
+        probes, answered = 0, False
         while True:
-            ready, detail = probe_ready(self.root, auth_headers(self.api_key))
+            left = max(0.5, unreachable_s - (time.monotonic() - t0))
+            ready, detail = probe_ready(self.root, auth_headers(self.api_key), timeout=min(5.0, left))
+            probes += 1
+            answered = answered or "HTTP" in detail
             self._log(f"probe {detail}")
             if ready:
                 self._pick_model()
                 return
-            if time.monotonic() >= deadline:
-                raise InfraError(f"endpoint {self.root} not ready after {timeout:.0f}s ({detail}); "
-                                 f"last probes:\n{tail(self.log_path)}",
-                                 fix=f"check the server or router is up and reachable: curl {self.root}/health")
-            time.sleep(1.0)
+            waited = time.monotonic() - t0
+            if waited >= (timeout if answered else unreachable_s):
+                state = "was not ready" if answered else "did not answer"
+                raise InfraError(f"endpoint {self.root} {state} within {waited:.0f}s ({probes} probes of "
+                                 f"{', '.join(READY_PATHS)}; last: {detail})",
+                                 fix=f"check the server or router is up and reachable from here: curl {self.root}/health")
+            time.sleep(min(1.0, unreachable_s / 5))
 
     def _pick_model(self) -> None:
         """Use the served model's own name: the build id if listed, else the only model there is."""

@@ -58,13 +58,13 @@ def probe_ready(root: str, headers: dict[str, str], timeout: float = 30.0) -> tu
         try:
             r = httpx.get(root + path, headers=headers, timeout=timeout)
         except httpx.HTTPError as e:
-            return False, f"{path}: {type(e).__name__}"
+            return False, f"GET {path}: {type(e).__name__}"
         if r.status_code in (401, 403):
             raise BadInput(f"{root}{path} refused the API key (HTTP {r.status_code})",
                            fix="set --api-key-env to the variable that holds the server's key")
         if r.status_code in (404, 405):
             continue
-        return r.status_code == 200, f"{path}: HTTP {r.status_code}"
+        return r.status_code == 200, f"GET {path}: HTTP {r.status_code}"
     return False, f"none of {', '.join(READY_PATHS)} exists"
 
 

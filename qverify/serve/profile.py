@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from qverify.errors import BadInput
+from qverify.errors import BadInput, read_input_text
 from qverify.models import ServingProfile
 from qverify.registry import Registry
 from qverify.serve.sglang_flags import SGLangFlags
@@ -77,7 +77,8 @@ def load_profile(name_or_path: str | Path) -> ServingProfile:
             raise BadInput(f"profile file {path} not found", fix="pass an existing YAML file or a built-in profile name")
     else:
         path = builtin_profiles().get(text)  # unknown name -> "did you mean"
-    return parse_profile(path.read_text(), source=str(path), default_name=path.stem)
+    text = read_input_text(path, "profile", "pass a profile YAML file or a built-in profile name")
+    return parse_profile(text, source=str(path), default_name=path.stem)
 
 
 def parse_profile(text: str, source: str = "<profile>", default_name: str = "custom") -> ServingProfile:

@@ -42,6 +42,19 @@ _SECRET = "__QVERIFY_API_KEY__"  # stands in for the key until the real launch
 _KV_NAMES = {"fp8_e4m3", "fp8_e5m2", "mxfp8", "nvfp4", "fp4_mx_block16"}  # SGLang's non-default KV dtypes
 
 
+def sglang_python(configured: str | None) -> str:
+    """The interpreter that has SGLang: it needs torch 2.14.1 / transformers 5.19, so it lives in its own
+    virtualenv (scripts/setup_sglang.sh -> .venv-sglang) rather than qverify's."""
+    import os
+
+    if configured:
+        return configured
+    if os.environ.get("QVERIFY_SGLANG_PYTHON"):
+        return os.environ["QVERIFY_SGLANG_PYTHON"]
+    local = Path(".venv-sglang/bin/python")
+    return str(local.resolve()) if local.is_file() else sys.executable
+
+
 def kv_cache_dtype(serving: dict[str, Any], manifest_kv: str | None) -> str | None:
     """SGLang's --kv-cache-dtype for a build: the recipe's implication, else the manifest's kv dtype.
 
@@ -151,9 +164,11 @@ class SGLangBackend(ServerBackend):
         """The launch_server argv for one node, with the API key as a placeholder."""
         f, m = self.flags, self.manifest
         serving = m.serving if m else {}
-        args = [f.python or sys.executable, "-m", "sglang.launch_server",
+        args = [sglang_python(f.python), "-m", "sglang.launch_server",
                 "--model-path", str(self.build_dir), "--served-model-name", self.served_name,
                 "--tp-size", str(self.profile.tp), "--host", self.bind_host, "--port", str(self._port())]
+        if f.trust_remote_code or (m and m.trust_remote_code):  # Kimi's tokenizer is remote code
+            args.append("--trust-remote-code")
         kv = kv_cache_dtype(serving, m.kv_dtype if m else None)
         if kv:
             args += ["--kv-cache-dtype", kv]
@@ -246,7 +261,7 @@ class SGLangBackend(ServerBackend):
             except OSError as e:
                 self.stop()
                 raise BadInput(f"cannot launch {argv[0]}: {e.strerror}",
-                               fix="install sglang (pip install 'qverify[sglang]') or set flags.python in the profile") from None
+                               fix="run scripts/setup_sglang.sh (makes .venv-sglang), or set flags.python / $QVERIFY_SGLANG_PYTHON") from None
             self.servers.append(server)
         self.endpoint = Endpoint(base_url=f"{self.root_url}/v1", model=self.served_name, api_key=self.api_key or "EMPTY")
         return self.endpoint

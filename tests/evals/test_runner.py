@@ -140,12 +140,12 @@ def test_faults_are_retried_classified_and_never_scored(bf16_build, served, tmp_
     os.symlink(bf16_build.build_dir, wd.builds / bf16_build.manifest.build_id)
     old = client_mod.Client.__init__.__defaults__
     # a short timeout so the injected hang times out quickly; retries as in production
-    client_mod.Client.__init__.__defaults__ = (8, 15.0, 4, 0.05)
+    client_mod.Client.__init__.__defaults__ = (8, None, 4, 0.05)  # fast backoff; retries as in production
     try:
         with FaultyProxy(served.root_url, fail_first=1, hang_first=1, always_fail=victim, hang_s=25.0) as proxy:
             prof = ServingProfile(name="endpoint", backend="endpoint", endpoint=proxy.url)
             out = evaluate_build(wd, bf16_build.manifest.build_id, ["toolcall"], replicates=REPS, serving=prof,
-                                 limit=LIMIT, concurrency=3, show_progress=False)
+                                 limit=LIMIT, concurrency=3, show_progress=False, read_timeout_s=15.0)
     finally:
         client_mod.Client.__init__.__defaults__ = old
     store = RunStore(wd.run_dir(bf16_build.manifest.build_id, "toolcall"))

@@ -248,6 +248,6 @@ def test_cli_exit_codes_json_and_table(wd):
     assert report.verdict == "PASS" and len(report.candidates[0].metrics) == 3
     p = _cli(wd, "--baseline", "base", "--candidate", "aa", "--candidate", "large", "--suites", "coding")
     assert p.returncode == 1, p.stderr
-    assert "coding/pass@1" in p.stdout and "FAIL" in p.stdout and "run SD" in p.stdout
+    assert "coding/pass@1" in p.stdout and "FAIL" in p.stdout and "run SD" in p.stdout  # piped: the compact summary
     p = _cli(wd, "--baseline", "base")
     assert p.returncode == 4 and "go together" in p.stderr

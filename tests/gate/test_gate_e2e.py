@@ -30,3 +30,23 @@ def test_gate_recipe_builds_evaluates_and_gates_with_json_on_stdout(tmp_path):
     assert metrics["kld/kld"]["candidate_mean"] > 0  # real quantization moved the token distribution
     assert cand["perf"]["coding/ttft_s"] > 0  # performance captured during eval, with the run
     assert (tmp_path / "wd" / "gates" / report["gate_id"] / "gate.json").exists()
+
+    # third-party chatter (llm-compressor's loguru, tqdm, transformers) is in the workdir's logs, not on the console
+    noise = [ln for ln in r.stderr.splitlines() if " | INFO" in ln or "it/s]" in ln or "[transformers]" in ln]
+    assert not noise, noise[:5]
+    logs = tmp_path / "wd" / "logs"
+    assert any("oneshot" in p.read_text() or "llmcompressor" in p.read_text() for p in logs.glob("llmcompressor-*.log"))
+
+    # the same command again, piped as in CI: builds reused, evals a no-op (nothing rewritten, same gate id),
+    # and the compact summary: one line per gated metric, the verdict line, nothing wider than 100 columns
+    manifests = {p: p.read_bytes() for p in (tmp_path / "wd" / "runs").rglob("manifest.json")}
+    again = subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(tmp_path / "wd"), "gate",
+                            "--recipe", "fp8kv_nvfp4shared", "--n-boot", "300"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    assert again.returncode == r.returncode, again.stderr[-2000:]
+    assert {p: p.read_bytes() for p in manifests} == manifests
+    lines = again.stdout.splitlines()
+    assert all(len(ln) <= 100 for ln in lines), [ln for ln in lines if len(ln) > 100]
+    assert lines[-1] == f"gate {report['gate_id']}: {report['verdict']}"
+    for m in (m for m in cand["metrics"] if m["gated"]):
+        assert sum(1 for ln in lines if ln.split()[:1] == [m["metric"]] and m["verdict"] in ln) == 1, m["metric"]

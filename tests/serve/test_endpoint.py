@@ -162,8 +162,9 @@ def test_not_ready_fails_with_the_probe_log(tmp_path, remote, monkeypatch):
     b.start()
     with pytest.raises(InfraError) as e:
         b.wait_ready(timeout=2)
-    assert "not ready after 2s (/health_generate: HTTP 503)" in str(e.value)
-    assert "probe /health_generate: HTTP 503" in str(e.value)  # the log tail
+    assert "was not ready within" in str(e.value) and "last: GET /health_generate: HTTP 503" in str(e.value)
+    assert "\n" not in str(e.value)  # one line; every probe is in the endpoint log
+    assert "probe GET /health_generate: HTTP 503" in b.log_path.read_text()
     assert "/health" not in remote.hits  # the 503 from /health_generate is authoritative
     assert not b.alive()
 

@@ -108,3 +108,6 @@ def stub_openai() -> Iterator[StubServer]:
     yield server
     httpd.shutdown()
     httpd.server_close()
+
+
+from tests.evals.conftest import bf16_build, eval_workdir  # noqa: F401  (a real build for CLI eval tests)

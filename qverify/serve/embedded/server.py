@@ -47,6 +47,7 @@ class ChatBody(_Body):
     tool_choice: str | dict[str, Any] | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
+    chat_template_kwargs: dict[str, Any] | None = None  # as SGLang: extra variables for the chat template
 
 
 class CompletionBody(_Body):
@@ -102,7 +103,8 @@ def create_app(loaded: LoadedModel, max_batch: int = 8, threads: int = 1) -> Fas
     @app.post("/v1/chat/completions")
     async def chat(body: ChatBody) -> Any:
         try:  # tools stay in the prompt even with tool_choice "none"; calls are then banned below
-            prompt = tok.apply_chat_template(body.messages, tools=body.tools, tokenize=False, add_generation_prompt=True)
+            prompt = tok.apply_chat_template(body.messages, tools=body.tools, tokenize=False, add_generation_prompt=True,
+                                             **(body.chat_template_kwargs or {}))
         except Exception as e:  # a malformed message list is the client's error, not a 500
             return _err(400, f"could not render messages: {e}")
         prefill, banned = "", []

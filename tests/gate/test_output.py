@@ -1,0 +1,102 @@
+"""The gate's output for humans and for logs, and its refusal to mix sandboxed and unsandboxed runs.
+
+Piped (as in CI and `scripts/main.sh 2>&1 | tee`), the gate prints a compact summary: one line per
+gated metric with its delta, CI, tolerance and verdict, then the verdict line, every line <= 100 columns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qverify.config import QVerifyConfig
+from qverify.gate import exit_code, run_gate
+from tests import synth
+
+N, K = 120, 3
+WIDTH = 100
+
+
+def _put(wd: Path, build: str, suite: str, scores: dict[str, np.ndarray], sandbox: str | None = None) -> None:
+    if not (wd / "builds" / build / "build.json").exists():
+        synth.write_build(wd / "builds", build, recipe=f"{build}_recipe_with_a_long_name")
+    n = next(iter(scores.values())).shape[0]
+    store = synth.write_run(wd / "runs", build, suite, synth.results(suite, synth.item_ids(suite, n), scores))
+    if sandbox is not None:
+        m = store.read_manifest()
+        m.sandbox = sandbox
+        store.write_manifest(m)
+
+
+@pytest.fixture(scope="module")
+def wd(tmp_path_factory) -> Path:
+    wd = tmp_path_factory.mktemp("gateout")
+    rng = np.random.default_rng(7)
+    p = np.where(rng.random(N) < 0.7, 1.0, 0.0)
+    p = np.where(rng.random(N) < 0.2, 0.5, p)
+    for build in ("base", "cand", "weakcand"):
+        sandbox = "unsandboxed" if build == "weakcand" else "bwrap"
+        _put(wd, build, "coding", {"pass@1": synth.bernoulli(p, K, rng)}, sandbox=sandbox)
+        trig = synth.bernoulli(np.full(N, 0.97), K, rng)
+        _put(wd, build, "toolcall", {"exact_call": synth.bernoulli(p, K, rng) * trig, "trigger": trig})
+    return wd
+
+
+def _gate(wd: Path, *args: str, columns: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns:
+        env["COLUMNS"] = columns
+    return subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(wd), "gate", "--no-report",
+                           "--baseline", "base", "--n-boot", "300", "--suites", "coding,toolcall", *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("columns", [None, "60", "250"])
+def test_piped_gate_is_a_compact_summary_within_100_columns(wd, columns):
+    js = _gate(wd, "--candidate", "cand", "--json")
+    report = json.loads(js.stdout)
+    gated = [m for c in report["candidates"] for m in c["metrics"] if m["gated"]]
+    assert gated
+    p = _gate(wd, "--candidate", "cand", columns=columns)
+    assert p.returncode == js.returncode, p.stderr
+    lines = p.stdout.splitlines()
+    too_wide = [ln for ln in lines if len(ln) > WIDTH]
+    assert not too_wide, too_wide
+    for m in gated:  # one line each, carrying delta, CI, tolerance and verdict
+        mine = [ln for ln in lines if ln.split() and ln.split()[0] == m["metric"]]
+        assert len(mine) == 1, (m["metric"], p.stdout)
+        ln = mine[0]
+        assert f"{m['delta']:+.3f}" in ln and f"[{m['ci_low']:+.3f}, {m['ci_high']:+.3f}]" in ln
+        assert "tol" in ln and m["verdict"] in ln
+    assert lines[-1] == f"gate {report['gate_id']}: {report['verdict']}"
+    assert "━" not in p.stdout and "│" not in p.stdout  # no table drawing in a log
+
+
+def test_a_terminal_gets_the_table(wd):
+    """On a TTY (rich decides: here forced as a wide terminal) the full table stays."""
+    from rich.console import Console
+
+    from qverify.gate.render import render
+
+    report = run_gate(wd, "base", ["cand"], suites=["coding", "toolcall"], config=QVerifyConfig(), n_boot=300,
+                      write=False)
+    con = Console(force_terminal=True, width=200, record=True)
+    render(report, con)
+    text = con.export_text()
+    assert "noise band" in text and "┃" in text or "│" in text
+
+
+def test_gate_refuses_to_compare_sandboxed_with_unsandboxed(wd):
+    report = run_gate(wd, "base", ["weakcand"], suites=["coding", "toolcall"], config=QVerifyConfig(), n_boot=300,
+                      write=False)
+    c = report.candidates[0]
+    assert c.verdict != "PASS" and exit_code(report) == 3
+    assert any("sandbox" in r and "coding" in r for r in c.integrity), c.integrity
+    # the comparable suite is still measured; coding is not
+    assert {m.metric.split("/")[0] for m in c.metrics} == {"toolcall"}

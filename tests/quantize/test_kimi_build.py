@@ -1,0 +1,160 @@
+"""Builds from a Kimi-shaped source (INT4 pack-quantized routed experts, remote-code tokenizer): real llm-compressor,
+real safetensors, real reloads. The shipped experts must come through byte for byte, every extra file carried,
+SGLang's KV scale written, and the build must verify and serve."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qverify.errors import BadInput
+
+KIMI_CALIB = {"calib_samples": 8, "calib_seq_len": 64}
+PRODUCTION = ("fp8kv_nvfp4shared", "fp8kv_nvfp4shared_fp8drafter")
+
+
+@pytest.fixture(scope="session")
+def kimi_built(kimi_shaped, tmp_path_factory):
+    from qverify.quantize import build
+
+    wd, cache = tmp_path_factory.mktemp("kimi_wd"), {}
+
+    def get(recipe: str):
+        if recipe not in cache:
+            cache[recipe] = build(recipe, model=kimi_shaped, workdir=wd, trust_remote_code=True, **KIMI_CALIB)
+        return cache[recipe]
+
+    return get
+
+
+def _digests(d):
+    from qverify.quantize.manifest import hash_dir
+
+    return hash_dir(d)
+
+
+def _tensor_digests(d) -> dict[str, str]:
+    """tensor name -> sha256 over all shards (shard file names may differ between source and build)."""
+    return {k.split("::", 1)[1]: v for k, v in _digests(d).items() if k.split("::", 1)[0].endswith(".safetensors")
+            and "/" not in k.split("::", 1)[0]}
+
+
+def test_refuses_remote_code_unless_allowed(kimi_shaped, tmp_path):
+    from qverify.quantize import build
+
+    with pytest.raises(BadInput, match="remote code") as e:
+        build("as_shipped", model=kimi_shaped, workdir=tmp_path)
+    assert "--trust-remote-code" in e.value.fix
+
+
+def test_baseline_is_the_release_byte_for_byte(kimi_built, kimi_shaped):
+    res = kimi_built("as_shipped")
+    src, out = _digests(kimi_shaped), _digests(res.build_dir)
+    assert {k: v for k, v in src.items() if not k.startswith("drafter/")} == \
+        {k: v for k, v in out.items() if not k.startswith(("drafter/", "recipe.yaml"))}
+    assert res.manifest.trust_remote_code and res.manifest.source_quantization["modules"] == 48
+    assert res.verify.target_load == "linearized"
+
+
+@pytest.mark.parametrize("recipe", PRODUCTION)
+def test_routed_experts_stay_int4_byte_for_byte(kimi_built, kimi_shaped, recipe):
+    res = kimi_built(recipe)
+    src, out = _tensor_digests(kimi_shaped), _tensor_digests(res.build_dir)
+    shipped = {k: v for k, v in src.items() if ".mlp.experts." in k}
+    assert shipped and all(k.endswith(("weight_packed", "weight_scale", "weight_shape")) for k in shipped)
+    assert {k: out.get(k) for k in shipped} == shipped
+    qc = json.loads((res.build_dir / "config.json").read_text())["quantization_config"]
+    src_qc = json.loads((kimi_shaped / "config.json").read_text())["quantization_config"]
+    assert qc["config_groups"]["group_0"] == src_qc["config_groups"]["group_0"]  # the shipped scheme, verbatim
+    assert qc["config_groups"]["recipe_group_0"]["targets"] == ["re:.*shared_experts.*"]
+    assert not any("shared_experts" in m for m in qc["ignore"])  # else engines would skip their NVFP4
+    assert any(k.endswith("shared_experts.up_proj.weight_packed") for k in out) and qc["kv_cache_scheme"]["num_bits"] == 8
+    changed = {q.scheme for q in res.manifest.quantization}
+    assert {"NVFP4", "kv_cache:fp8_e4m3"} <= changed and res.manifest.source_quantization["kept"] == "byte for byte"
+
+
+@pytest.mark.parametrize("recipe", PRODUCTION)
+def test_extra_files_carried(kimi_built, kimi_shaped, recipe):
+    from tests.fixtures.kimi_shaped import EXTRA_FILES
+
+    res = kimi_built(recipe)
+    for name in EXTRA_FILES | {"tokenizer_config.json"}:
+        assert (res.build_dir / name).read_bytes() == (kimi_shaped / name).read_bytes(), name
+    assert EXTRA_FILES - {"tokenization_kimi.py"} <= set(res.manifest.carried_files)
+
+
+@pytest.mark.parametrize("recipe", ("as_shipped", *PRODUCTION))
+def test_verify_build_passes_and_reloads_int4(kimi_built, recipe):
+    from qverify.quantize.loader import verify_build
+
+    report = verify_build(kimi_built(recipe).build_dir)
+    assert report.ok and report.target_load == "linearized" and report.compared > 0
+    if recipe.endswith("fp8drafter"):
+        assert report.drafter_load == "transformers"
+
+
+def test_sglang_kv_scale_written_and_checked(kimi_built):
+    from safetensors import safe_open
+
+    from qverify.quantize.kv_scales import SGLANG_SCALES_SHARD, sglang_kv_scale_name
+    from qverify.quantize.loader import verify_build
+    from qverify.quantize.manifest import IntegrityError
+
+    d = kimi_built("fp8kv_nvfp4shared").build_dir
+    with safe_open(d / SGLANG_SCALES_SHARD, "pt") as f:
+        assert sorted(f.keys()) == [sglang_kv_scale_name(i) for i in range(3)]
+    # A production scale that disagrees with its pair is refused (the build would serve other numerics on SGLang).
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    bad = d.parent / "tampered"
+    shutil.copytree(d, bad)
+    t = load_file(bad / SGLANG_SCALES_SHARD)
+    t[sglang_kv_scale_name(1)] = t[sglang_kv_scale_name(1)] * 2
+    save_file(t, bad / SGLANG_SCALES_SHARD)
+    from qverify.quantize.checkpoint import load_checkpoint
+
+    with pytest.raises(IntegrityError, match="compressed-tensors pair"):
+        load_checkpoint(bad)
+    assert verify_build(d).ok
+
+
+def test_verification_streams_shard_by_shard(kimi_built, monkeypatch):
+    """The reload never holds the whole checkpoint: each shard is read, loaded/compared and dropped in turn."""
+    import safetensors.torch
+
+    import qverify.quantize.checkpoint as ck
+    from qverify.quantize.loader import verify_build
+
+    d = kimi_built("fp8kv_nvfp4shared").build_dir
+    shards = sorted(p.name for p in d.glob("*.safetensors"))
+    assert len(shards) == 3  # llm-compressor's, the shipped INT4 experts', SGLang's KV scales
+    monkeypatch.setattr(ck, "_read_checkpoint", lambda *a: pytest.fail("whole checkpoint read into memory"))
+    reads, real = [], safetensors.torch.load_file
+    monkeypatch.setattr(safetensors.torch, "load_file", lambda f, *a, **k: reads.append(f) or real(f, *a, **k))
+    assert verify_build(d).ok
+    assert [f.name for f in reads if f.parent == d] == shards * 2  # once to load into the model, once to compare; one file at a time
+
+
+def test_kimi_model_type_builds_without_running_model_code(kimi_shaped, tmp_path):
+    """Kimi K2.x ships model_type `kimi_k2` with an auto_map to its own configuration/modeling code. qverify
+    calibrates and reloads it as transformers' native DeepSeek-V3 (the code files are absent here, so any attempt
+    to run them fails), and the build keeps the release's config.json apart from the merged quantization_config."""
+    import shutil
+
+    from qverify.quantize import build
+    from qverify.quantize.loader import verify_build
+
+    src = tmp_path / "kimi-k2"
+    shutil.copytree(kimi_shaped, src)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg |= {"model_type": "kimi_k2", "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+                                                  "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}}
+    (src / "config.json").write_text(json.dumps(cfg, indent=2))
+    res = build("fp8kv_nvfp4shared", model=src, workdir=tmp_path / "wd", trust_remote_code=True, **KIMI_CALIB)
+    out = json.loads((res.build_dir / "config.json").read_text())
+    assert out["model_type"] == "kimi_k2" and out["auto_map"] == cfg["auto_map"]
+    assert out["quantization_config"]["config_groups"]["group_0"] == cfg["quantization_config"]["config_groups"]["group_0"]
+    assert verify_build(res.build_dir).target_load == "linearized"

@@ -1,0 +1,168 @@
+"""Exit codes by cause under bad input and a broken workdir; numbers validated at the boundary.
+
+Never exit 1 (the gate's FAIL) for anything else. Read-only and full workdirs are real: the CLI runs
+under bwrap with the workdir bind-mounted read-only, or with a full tmpfs on it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qverify.cli import app, main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(*args, cwd=None, prefix=()):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([*prefix, sys.executable, "-m", "qverify", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=120, env=env)
+
+
+def one_error_line(r) -> str:
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr
+    assert "Traceback" not in r.stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------- numbers, at the boundary
+
+@pytest.mark.parametrize("argv, names", [
+    (["eval", "b", "--concurrency", "0"], "--concurrency"),
+    (["eval", "b", "--concurrency", "-1"], "--concurrency"),
+    (["eval", "b", "--limit", "0"], "--limit"),
+    (["eval", "b", "--limit", "-3"], "--limit"),
+    (["eval", "b", "--replicates", "0"], "--replicates"),
+    (["eval", "b", "--error-budget", "7"], "--error-budget"),
+    (["eval", "b", "--error-budget", "0.5"], "--error-budget"),
+    (["eval", "b", "--error-budget", "-0.1"], "--error-budget"),
+    (["eval", "b", "--read-timeout", "0"], "--read-timeout"),
+    (["eval", "b", "--connect-timeout", "-1"], "--connect-timeout"),
+    (["eval", "b", "--item-timeout", "0"], "--item-timeout"),
+    (["eval", "b", "--port", "70000"], "--port"),
+    (["gate", "--n-boot", "0"], "--n-boot"),
+    (["serve", "b", "--ready-timeout", "0"], "--ready-timeout"),
+    (["suites", "show", "coding", "--n", "0"], "--n"),
+    (["capacity", "b", "--tp", "0"], "--tp"),
+    (["capacity", "b", "--mem-fraction", "1.5"], "--mem-fraction"),
+    (["build", "--recipe", "bf16", "--calib-samples", "0"], "--calib-samples"),
+])
+def test_numeric_options_are_validated_with_a_fix(argv, names, tmp_path):
+    r = run("--workdir", str(tmp_path / "wd"), *argv, cwd=tmp_path)
+    assert r.returncode == 4, r.stderr
+    line = one_error_line(r)
+    assert names in line and "fix:" in line
+    assert "--fresh" not in line  # a bad number never suggests moving good results aside
+    assert not (tmp_path / "wd").exists()  # nothing touched
+
+
+@pytest.mark.parametrize("toml, key", [
+    ("replicates = 0", "replicates"),
+    ("limit = 0", "limit"),
+    ("error_budget = 0.5", "error_budget"),
+    ("alpha = 0", "alpha"),
+    ("alpha = 1.5", "alpha"),
+    ("[serving]\nconcurrency = 0", "serving.concurrency"),
+    ("[client]\nread_timeout_s = 0", "client.read_timeout_s"),
+    ("[client]\nitem_timeout_s = -5", "client.item_timeout_s"),
+    ('[thresholds."coding/pass@1"]\ntolerance = -0.1', "tolerance"),
+])
+def test_config_values_are_validated_with_a_fix(toml, key, tmp_path):
+    (tmp_path / "q.toml").write_text(toml + "\n")
+    r = run("--workdir", str(tmp_path / "wd"), "gate", "--config", str(tmp_path / "q.toml"), cwd=tmp_path)
+    assert r.returncode == 4, r.stderr
+    line = one_error_line(r)
+    assert key in line and "fix:" in line
+
+
+# ---------------------------------------------------------------- files that are not what they claim
+
+def test_binary_recipe_config_and_a_directory_as_config_are_bad_input(tmp_path):
+    blob = tmp_path / "blob.yaml"
+    blob.write_bytes(bytes(range(256)) * 4)
+    for argv in (["build", "--recipe", str(blob)], ["gate", "--config", str(blob)], ["gate", "--config", str(tmp_path)]):
+        r = run("--workdir", str(tmp_path / "wd"), *argv, cwd=tmp_path)
+        assert r.returncode == 4, (argv, r.stderr)
+        assert "fix:" in one_error_line(r)
+
+
+# ---------------------------------------------------------------- the workdir itself
+
+@pytest.fixture(scope="module")
+def gated_wd(tmp_path_factory) -> Path:
+    """A workdir with two small synthetic runs, ready to gate."""
+    from tests import synth
+
+    wd = tmp_path_factory.mktemp("robust") / "wd"
+    rng = np.random.default_rng(0)
+    for b in ("base", "cand"):
+        synth.write_build(wd / "builds", b, recipe=b)
+        synth.write_run(wd / "runs", b, "coding",
+                        synth.results("coding", synth.item_ids("coding", 40), {"pass@1": synth.bernoulli(np.full(40, .7), 3, rng)}))
+    return wd
+
+
+GATE = ("gate", "--no-report", "--baseline", "base", "--candidate", "cand", "--suites", "coding", "--n-boot", "200")
+
+
+def test_workdir_that_is_a_file_is_bad_input(tmp_path):
+    f = tmp_path / "wd"
+    f.write_text("not a directory")
+    for argv in (["eval", "x", "--suites", "toolcall"], ["build", "--recipe", "bf16"], list(GATE)):
+        r = run("--workdir", str(f), *argv, cwd=tmp_path)
+        assert r.returncode == 4, (argv, r.stderr)
+        line = one_error_line(r)
+        assert str(f) in line and "not a directory" in line and "--workdir" in line
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap to mount the workdir read-only")
+def test_read_only_workdir_is_bad_input_with_a_fix(gated_wd):
+    ro = ("bwrap", "--dev-bind", "/", "/", "--ro-bind", str(gated_wd), str(gated_wd), "--")
+    r = run("--workdir", str(gated_wd), *GATE, prefix=ro)
+    assert r.returncode == 4, r.stderr
+    line = one_error_line(r)
+    assert "read-only" in line and str(gated_wd) in line and "fix:" in line
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap to mount a small tmpfs")
+def test_full_disk_under_the_workdir_is_infrastructure_with_a_fix(gated_wd):
+    gates = gated_wd / "gates"
+    gates.mkdir(exist_ok=True)
+    full = ("bwrap", "--dev-bind", "/", "/", "--size", "65536", "--tmpfs", str(gates), "--",
+            "sh", "-c", f'head -c 65536 /dev/zero > {gates}/filler 2>/dev/null; exec "$@"', "sh")
+    r = run("--workdir", str(gated_wd), *GATE, prefix=full)
+    assert r.returncode == 3, r.stderr
+    line = one_error_line(r)
+    assert "no space left" in line.lower() and "fix:" in line
+
+
+# ---------------------------------------------------------------- the catch-all
+
+def test_an_unexpected_error_is_exit_3_with_one_line_and_a_crash_log(tmp_path, capsys):
+    """A bug surfaces as infrastructure (3), one line pointing at -v and a crash log, never a traceback or 1."""
+
+    def boom() -> None:
+        raise ZeroDivisionError("a bug in qverify")
+
+    app.command("boom-for-test")(boom)  # a command that fails the way a bug would (test-only)
+    try:
+        code = main(["--workdir", str(tmp_path / "wd"), "boom-for-test"])
+        err = capsys.readouterr().err
+        assert code == 3
+        line = one_error_line(type("R", (), {"stderr": err}))
+        assert "ZeroDivisionError" in line and "-v" in line
+        logs = list((tmp_path / "wd" / "logs").glob("crash-*.txt"))
+        assert len(logs) == 1 and str(logs[0]) in line
+        assert "Traceback" in logs[0].read_text() and "a bug in qverify" in logs[0].read_text()
+        assert main(["-v", "--workdir", str(tmp_path / "wd"), "boom-for-test"]) == 3
+        assert "Traceback" in capsys.readouterr().err  # -v shows it
+    finally:
+        app.registered_commands.pop()
