@@ -14,6 +14,19 @@ import typer
 from qverify.commands._common import ConfigOpt, state
 
 
+def _check_budget(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
+    """--budget is read before anything is built or evaluated: a typo never costs a build."""
+    if value is not None and not ctx.resilient_parsing:
+        from qverify.gate.budget import parse_budget
+
+        requests, seconds = parse_budget(value)
+        if (requests is not None and requests < 1) or (seconds is not None and seconds <= 0):
+            from qverify.errors import BadInput
+
+            raise BadInput(f"--budget must be above 0 (got {value})", fix="pass e.g. --budget 10m or --budget 4000")
+    return value
+
+
 def gate_cmd(
     ctx: typer.Context,
     baseline: Annotated[str | None, typer.Option("--baseline", help="baseline build id (or prefix, or recipe name)")] = None,
@@ -22,7 +35,7 @@ def gate_cmd(
     config: ConfigOpt = None,
     suites: Annotated[str | None, typer.Option("--suites", help="comma-separated suites (default: the config's that the baseline ran)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the GateReport as JSON")] = False,
-    budget: Annotated[str | None, typer.Option("--budget", help="gate in rounds within this budget: a time (10m, 90s) "
+    budget: Annotated[str | None, typer.Option("--budget", callback=_check_budget, help="gate in rounds within this budget: a time (10m, 90s) "
                                                             "or a request count; stops when decided, resumes")] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="skip the MLflow upload and review report")] = False,
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: sqlite in the workdir)")] = None,
