@@ -135,6 +135,25 @@ def test_eight_concurrent_requests(server):
     assert after["batches"] - before["batches"] < 8  # some requests shared a batch
 
 
+def test_sixty_four_concurrent_requests_complete_in_shared_steps(server):
+    backend, ep = server
+    before = httpx.get(f"{backend.root_url}/server_info").json()
+
+    async def burst():
+        async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=64)) as c:
+            rs = await asyncio.gather(*[c.post(f"{ep.base_url}/chat/completions", json={
+                "model": ep.model, "messages": [{"role": "user", "content": f"{parrot.TEXT_PROMPT} {i % 5}"}],
+                "max_tokens": 12, "temperature": 0.8, "seed": i}) for i in range(64)])
+            return [r.status_code for r in rs], [r.json()["usage"]["completion_tokens"] for r in rs]
+
+    codes, tokens = asyncio.run(burst())
+    assert codes == [200] * 64 and all(t >= 1 for t in tokens)
+    after = httpx.get(f"{backend.root_url}/server_info").json()
+    assert after["requests"] - before["requests"] == 64
+    assert after["max_running"] > 8  # decoded together, not 8 at a time as the old batcher did
+    assert after["steps"] - before["steps"] < sum(tokens) // 4
+
+
 def _stream(ep, **body) -> list[dict]:
     chunks = []
     with httpx.stream("POST", f"{ep.base_url}/chat/completions", json={"model": ep.model, **body, "stream": True},

@@ -1,200 +1,331 @@
-"""The embedded server's generation engine: transformers generate with the build's real numerics.
+"""The embedded server's generation engine: continuous batching over an MLA latent cache, on CPU.
 
-Why not plain `generate(do_sample=True)`: its sampling draws from one global RNG, so a
-request's output would depend on which requests shared its batch and seeds could not
-be honoured. `SeededSampler` samples each row from its own `torch.Generator` inside a
-logits processor (greedy then picks that token), so a seed gives the same tokens in any
-batch; what still varies with batch composition is the logits' floating-point noise,
-as on a GPU server.
+Why not transformers' own continuous batching: `generate_batch` with the paged cache fails on MLA (its cache
+assumes K and V share a head dim: `index_copy_(): ... slice shape: 4 64 ... source slice shape: 4 96` on
+qverify-tiny, re-checked with transformers 5.17), and it would cache expanded per-head K/V, not the latent that
+production caches. And `generate` with a DynamicCache pushes the whole cached latent through kv_b_proj every step
+and re-concatenates the cache (field notes: ~50% matmul + 30% cat/copy, 156 tok/s at batch 64).
+
+What this engine does (SGLang's design, at CPU scale):
+- continuous batching: requests join after a prefill and leave as soon as they finish, at every step;
+- prefix sharing: a prompt is prefilled once for every request carrying it (an item's replicates), and decode
+  attention reads its rows once for all of them (mla.py);
+- a vectorized, batch-invariant seeded sampler (sampler.py);
+- speculative decoding across the batch: the drafter proposes `spec_tokens` tokens for every running sequence,
+  the target verifies them all in one forward, and a position's token is accepted when the target, sampling
+  with that position's seeded noise, picks the same token; outputs are thus the same as without a drafter.
 """
 
 from __future__ import annotations
 
-import math
+import random
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList
-from transformers.generation.streamers import BaseStreamer
+
+from qverify.serve.embedded.request import GenRequest, GenResult, build_result, lp_row
+from qverify.serve.embedded.runner import ModelRunner, PromptKV
+from qverify.serve.embedded.sampler import logprob_rows, sample
+
+__all__ = ["Engine", "GenRequest", "GenResult"]
+
+KEEP_PROMPTS = 64  # finished prompts kept for reuse (replicates that arrive after their siblings finished)
 
 
 @dataclass
-class GenRequest:
-    prompt_ids: list[int]
-    max_tokens: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: list[str] = field(default_factory=list)
-    top_logprobs: int = 0  # 0 = no logprobs
-    want_logprobs: bool = False
-    bad_token_ids: list[int] = field(default_factory=list)
-    on_token: Callable[[list[int]], None] | None = None  # streaming: called with each step's new token ids
+class _Prompt:
+    ids: tuple[int, ...]
+    kv: PromptKV | None = None
+    draft_kv: PromptKV | None = None
+    last_logits: torch.Tensor | None = None
+    logp: torch.Tensor | None = None  # [P, V] log-softmax at every position, when echo was asked for
+    users: int = 0
+    serial: int = 0  # admission order: a stable order for the prompts' table (mla.PromptPlan)
 
 
 @dataclass
-class GenResult:
-    token_ids: list[int]
-    text: str
-    finish_reason: str
-    logprobs: list[dict[str, Any]] | None = None  # [{token, logprob, top: {tok: lp}}]
-    meta_info: dict[str, Any] = field(default_factory=dict)
+class _Seq:
+    req: GenRequest
+    done: Callable[[GenResult | None, BaseException | None], None]
+    seed: int
+    prompt: _Prompt | None = None
+    tokens: list[int] = field(default_factory=list)  # emitted (an EOS included)
+    lps: list[dict[str, Any]] = field(default_factory=list)
+    gen_len: int = 0  # rows in the target's gen slot
+    draft_len: int = 0
+    draft_pending: list[int] = field(default_factory=list)  # emitted tokens the drafter has not seen yet
+    verify_ct: int = 0
+    finish: str | None = None
 
-
-class SeededSampler(LogitsProcessor):
-    def __init__(self, reqs: list[GenRequest], banned: list[list[int]]):
-        self.reqs = reqs
-        self.banned = banned
-        self.gens = []
-        for r in reqs:
-            g = torch.Generator()
-            g.manual_seed(r.seed if r.seed is not None else torch.seed())
-            self.gens.append(g)
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        scores = scores.float().clone()
-        for i, r in enumerate(self.reqs):
-            if self.banned[i]:
-                scores[i, self.banned[i]] = -math.inf
-            if r.temperature <= 0:
-                continue
-            probs = torch.softmax(scores[i] / r.temperature, dim=-1)
-            if r.top_p < 1.0:
-                sp, si = torch.sort(probs, descending=True)
-                keep = torch.cumsum(sp, 0) - sp < r.top_p
-                mask = torch.zeros_like(probs, dtype=torch.bool)
-                mask[si[keep]] = True
-                probs = torch.where(mask, probs, torch.zeros_like(probs))
-                probs = probs / probs.sum()
-            tok = torch.multinomial(probs, 1, generator=self.gens[i])
-            row = torch.full_like(scores[i], -math.inf)
-            row[tok] = 0.0
-            scores[i] = row
-        return scores
-
-
-class _TokenStreamer(BaseStreamer):
-    """transformers' streamer hook, forwarding new token ids (the first `put` is the prompt)."""
-
-    def __init__(self, on_token: Callable[[list[int]], None]):
-        self.on_token = on_token
-        self.prompt_seen = False
-
-    def put(self, value: torch.Tensor) -> None:
-        if not self.prompt_seen:
-            self.prompt_seen = True
-            return
-        self.on_token(value.reshape(-1).tolist())
-
-    def end(self) -> None:
-        pass
-
-
-def _top(logp: torch.Tensor, k: int, tok) -> dict[str, float]:
-    if k <= 0:
-        return {}
-    v, i = torch.topk(logp, k)
-    return {tok.convert_ids_to_tokens(int(t)): float(x) for x, t in zip(v, i)}
+    @property
+    def last(self) -> int:
+        return self.tokens[-1]
 
 
 class Engine:
-    """Runs batches of GenRequests on one model (and optionally a drafter, batch 1)."""
-
-    def __init__(self, model, tokenizer, drafter=None):
-        self.model = model
+    def __init__(self, model, tokenizer, drafter=None, max_batch: int = 64, spec_tokens: int = 4,
+                 fp8_kv: bool = False, scale_mode: str = "production", sglang_scales: dict[int, float] | None = None,
+                 prefill_tokens: int = 4096):
         self.tok = tokenizer
-        self.drafter = drafter
+        self.model, self.drafter = model, drafter
+        self.runner = ModelRunner(model, max_batch, fp8_kv, scale_mode, sglang_scales)
+        self.draft = ModelRunner(drafter, max_batch, fp8_kv, scale_mode) if drafter is not None else None
+        self.max_batch, self.spec_tokens, self.prefill_tokens = max_batch, spec_tokens, prefill_tokens
         self.eos_id = tokenizer.eos_token_id
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
-        self.forwards = 0
-        model.register_forward_hook(lambda *a: setattr(self, "forwards", self.forwards + 1))
-        self.spec_tokens = 0
-        self.spec_verify = 0
+        self.vocab = model.config.vocab_size
+        self.waiting: deque[_Seq] = deque()
+        self.running: list[_Seq] = []
+        self.prompts: OrderedDict[tuple[int, ...], _Prompt] = OrderedDict()
+        self._serial = 0
+        self.stats = {"requests": 0, "batches": 0, "steps": 0, "prefill_tokens": 0, "shared_prefills": 0,
+                      "max_running": 0, "spec_tokens": 0, "spec_verify": 0}
 
     @property
     def max_context(self) -> int:
         return int(getattr(self.model.config, "max_position_embeddings", 2048))
 
-    @torch.no_grad()
-    def prompt_logprobs(self, ids: list[int], k: int) -> list[dict[str, Any]]:
-        """Per-prompt-token logprobs (echo): the first token has none."""
-        x = torch.tensor([ids])
-        logits = self.model(input_ids=x, use_cache=True).logits[0].float()
-        logp = torch.log_softmax(logits, dim=-1)
-        out: list[dict[str, Any]] = [{"token": self.tok.convert_ids_to_tokens(ids[0]), "logprob": None, "top": {}}]
-        for pos in range(1, len(ids)):
-            row = logp[pos - 1]
-            out.append({"token": self.tok.convert_ids_to_tokens(ids[pos]), "logprob": float(row[ids[pos]]),
-                        "top": _top(row, k, self.tok)})
-        return out
-
-    @torch.no_grad()
-    def generate(self, reqs: list[GenRequest]) -> list[GenResult]:
-        if any(r.on_token for r in reqs) and len(reqs) > 1:
-            # transformers streams batch size 1 only: a streamed request runs on its own
-            return [self.generate([r])[0] for r in reqs]
-        if self.drafter is not None and len(reqs) == 1:
-            return [self._generate_assisted(reqs[0])]
-        return self._generate_batch(reqs)
-
-    def _run(self, reqs: list[GenRequest], **extra):
-        L = max(len(r.prompt_ids) for r in reqs)
-        ids = torch.full((len(reqs), L), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(reqs), L), dtype=torch.long)
-        for i, r in enumerate(reqs):  # left padding
-            ids[i, L - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
-            mask[i, L - len(r.prompt_ids):] = 1
-        sampler = SeededSampler(reqs, [r.bad_token_ids for r in reqs])
-        if len(reqs) == 1 and reqs[0].on_token is not None:
-            extra["streamer"] = _TokenStreamer(reqs[0].on_token)
-        out = self.model.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=max(r.max_tokens for r in reqs), do_sample=False,
-            logits_processor=LogitsProcessorList([sampler]), eos_token_id=self.eos_id, pad_token_id=self.pad_id,
-            output_logits=any(r.want_logprobs for r in reqs), return_dict_in_generate=True,
-            temperature=None, top_p=None, top_k=None, **extra)
-        return out, L
-
-    def _generate_batch(self, reqs: list[GenRequest]) -> list[GenResult]:
-        out, L = self._run(reqs)
-        return [self._finish(r, out.sequences[i, L:].tolist(), out.logits, i) for i, r in enumerate(reqs)]
-
-    def _generate_assisted(self, req: GenRequest) -> GenResult:
-        before = self.forwards
-        out, L = self._run([req], assistant_model=self.drafter)
-        new = out.sequences[0, L:].tolist()
-        verify = max(self.forwards - before, 1)
-        res = self._finish(req, new, out.logits, 0)
-        # tokens the target produced, EOS included (each verify step yields >= 1 token)
-        n = len(new[: new.index(self.eos_id) + 1]) if self.eos_id in new else len([t for t in new if t != self.pad_id])
-        self.spec_tokens += n
-        self.spec_verify += verify
-        res.meta_info.update(spec_verify_ct=verify, spec_accept_length=round(n / verify, 4))
-        return res
-
     def avg_accept_length(self) -> float | None:
-        return round(self.spec_tokens / self.spec_verify, 4) if self.spec_verify else None
+        v = self.stats["spec_verify"]
+        return round(self.stats["spec_tokens"] / v, 4) if v else None
 
-    def _finish(self, r: GenRequest, new: list[int], logits, row: int) -> GenResult:
-        finish = "length"
-        if self.eos_id in new:
-            new = new[: new.index(self.eos_id)]
-            finish = "stop"
-        new = [t for t in new if t != self.pad_id]
-        if len(new) > r.max_tokens:  # batch ran to the longest request's limit
-            new, finish = new[: r.max_tokens], "length"
-        text = self.tok.decode(new, skip_special_tokens=False)
-        for s in r.stop:
-            j = text.find(s)
-            if j >= 0:
-                text, finish = text[:j], "stop"
-                new = self.tok(text, add_special_tokens=False)["input_ids"]
-        lps = None
-        if r.want_logprobs and logits is not None:
-            lps = []
-            for step, t in enumerate(new[: len(logits)]):
-                logp = torch.log_softmax(logits[step][row].float(), dim=-1)
-                lps.append({"token": self.tok.convert_ids_to_tokens(t), "logprob": float(logp[t]),
-                            "top": _top(logp, r.top_logprobs, self.tok)})
-        return GenResult(token_ids=new, text=text, finish_reason=finish, logprobs=lps)
+    def add(self, req: GenRequest, done: Callable[[GenResult | None, BaseException | None], None]) -> None:
+        if not req.prompt_ids:
+            raise ValueError("empty prompt")
+        seed = req.seed if req.seed is not None else random.getrandbits(32)
+        self.waiting.append(_Seq(req, done, seed))
+        self.stats["requests"] += 1
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def generate(self, reqs: list[GenRequest]) -> list[GenResult]:
+        """Run requests to completion on this thread (tests, benchmarks); the server uses worker.py."""
+        out: list[GenResult | None] = [None] * len(reqs)
+        for i, r in enumerate(reqs):
+            self.add(r, lambda res, exc, i=i: out.__setitem__(i, res if exc is None else exc))
+        while self.has_work():
+            self.step()
+        for o in out:
+            if isinstance(o, BaseException):
+                raise o
+        return out  # type: ignore[return-value]
+
+    def step(self) -> None:
+        """Admit what fits (prefill), then one decode (or speculative) step for every running sequence."""
+        self._admit()
+        if self.running:
+            self.stats["steps"] += 1
+            self.stats["max_running"] = max(self.stats["max_running"], len(self.running))
+            self._spec_step() if self.draft is not None else self._decode_step()
+            self._retire()
+
+    def fail_all(self, exc: BaseException) -> None:
+        for s in [*self.running, *self.waiting]:
+            s.done(None, exc)
+        self.running.clear()
+        self.waiting.clear()
+        self.prompts.clear()
+
+    # ---- admission: prefill new prompts once, share them ----
+    def _admit(self) -> None:
+        fresh: dict[tuple[int, ...], _Prompt] = {}
+        admitted: list[_Seq] = []
+        budget, slots = self.prefill_tokens, self.max_batch - len(self.running)
+        while self.waiting:
+            s = self.waiting[0]
+            if s.req.max_tokens > 0 and slots <= 0:
+                break
+            key = tuple(s.req.prompt_ids)
+            p = fresh.get(key) or self.prompts.get(key)
+            if p is None or (s.req.prompt_logprobs is not None and p.logp is None and key not in fresh):
+                if fresh and len(key) > budget:
+                    break
+                self._serial += 1
+                p = fresh[key] = _Prompt(key, serial=self._serial)
+                budget -= len(key)
+            else:
+                self.stats["shared_prefills"] += 1
+            self.waiting.popleft()
+            s.prompt, p.users = p, p.users + 1
+            slots -= s.req.max_tokens > 0
+            admitted.append(s)
+        if not admitted:
+            return
+        if fresh:
+            self._prefill(list(fresh.values()), {tuple(s.req.prompt_ids) for s in admitted
+                                                 if s.req.prompt_logprobs is not None})
+        for p in fresh.values():
+            self.prompts[p.ids] = p
+        for s in admitted:
+            self.prompts.move_to_end(s.prompt.ids)
+        self.stats["batches"] += 1
+        starting = [s for s in admitted if s.req.max_tokens > 0]
+        for s in admitted:
+            if s.req.max_tokens <= 0:
+                s.finish = "length"
+                self._done(s)
+        if starting:
+            logits = torch.stack([s.prompt.last_logits for s in starting])
+            toks = self._sample(starting, logits, torch.zeros(len(starting), dtype=torch.long))
+            for s, t, row in zip(starting, toks.tolist(), logits):
+                s.draft_pending = [t]
+                self._emit(s, [t], row[None])
+                if s.finish is None:
+                    self.running.append(s)
+                else:
+                    self._done(s)
+        self._evict()
+
+    def _prefill(self, prompts: list[_Prompt], echo: set[tuple[int, ...]]) -> None:
+        rows, start, spans = [], 0, []
+        for p in prompts:
+            n = len(p.ids)
+            spans.append((start, n, p.ids in echo))
+            rows.extend(range(start, start + n) if p.ids in echo else [start + n - 1])
+            start += n
+        self.stats["prefill_tokens"] += start
+        kvs, logits = self.runner.prefill([list(p.ids) for p in prompts], torch.tensor(rows))
+        at = 0
+        for p, kv, (_, n, all_rows) in zip(prompts, kvs, spans):
+            p.kv = kv
+            k = n if all_rows else 1
+            p.last_logits = logits[at + k - 1]
+            if all_rows:
+                p.logp = torch.log_softmax(logits[at: at + k], -1)
+            at += k
+        if self.draft is not None:
+            dkvs, _ = self.draft.prefill([list(p.ids) for p in prompts], torch.tensor([], dtype=torch.long))
+            for p, kv in zip(prompts, dkvs):
+                p.draft_kv = kv
+
+    def _evict(self) -> None:
+        idle = [k for k, p in self.prompts.items() if p.users == 0]
+        for k in idle[: max(0, len(idle) - KEEP_PROMPTS)]:
+            del self.prompts[k]
+
+    # ---- decoding ----
+    def _groups(self, draft: bool) -> list[tuple[PromptKV, torch.Tensor]]:
+        by: dict[int, tuple[PromptKV, list[int]]] = {}
+        for i, s in enumerate(self.running):
+            kv = s.prompt.draft_kv if draft else s.prompt.kv
+            by.setdefault(s.prompt.serial, (kv, []))[1].append(i)
+        return [(by[k][0], torch.tensor(by[k][1])) for k in sorted(by)]
+
+    def _decode_step(self) -> None:
+        run = self.running
+        ids = torch.tensor([[s.last] for s in run])
+        gl = torch.tensor([s.gen_len for s in run])
+        pos = torch.tensor([[len(s.prompt.ids) + s.gen_len] for s in run])
+        logits = self.runner.decode(ids, pos, gl, self._groups(False))[:, 0]
+        toks = self._sample(run, logits, torch.tensor([len(s.tokens) for s in run]))
+        for s, t, row in zip(run, toks.tolist(), logits):
+            s.gen_len += 1
+            self._emit(s, [t], row[None])
+
+    def _spec_step(self) -> None:
+        run, k = self.running, self.spec_tokens
+        drafts = self._propose(k)  # [B, k]
+        ids = torch.cat([torch.tensor([[s.last] for s in run]), drafts], 1)
+        gl = torch.tensor([s.gen_len for s in run])
+        pos = torch.tensor([len(s.prompt.ids) + s.gen_len for s in run])[:, None] + torch.arange(k + 1)[None]
+        logits = self.runner.decode(ids, pos, gl, self._groups(False))  # [B, k + 1, V]
+        B = len(run)
+        steps = torch.tensor([len(s.tokens) for s in run])[:, None] + torch.arange(k + 1)[None]
+        seqs = [s for s in run for _ in range(k + 1)]
+        target = self._sample(seqs, logits.reshape(B * (k + 1), -1), steps.reshape(-1)).view(B, k + 1)
+        match = (drafts == target[:, :k]).long().cumprod(1).sum(1).tolist()
+        for b, s in enumerate(run):
+            a = match[b]
+            s.verify_ct += 1
+            self.stats["spec_verify"] += 1
+            emitted = target[b, : a + 1].tolist()
+            self.stats["spec_tokens"] += len(emitted)
+            s.gen_len += 1 + a
+            s.draft_len += min(a, k - 1) - (k - 1)  # _propose counted all k - 1 draft rows as valid
+            s.draft_pending = ([int(drafts[b, k - 1])] if a == k else []) + [emitted[-1]]
+            self._emit(s, emitted, logits[b, : a + 1])
+
+    def _propose(self, k: int) -> torch.Tensor:
+        """The drafter's k greedy tokens per running sequence, after it catches up on what was emitted."""
+        run, d = self.running, self.draft
+        n = max(len(s.draft_pending) for s in run)
+        ids = torch.tensor([s.draft_pending + [s.draft_pending[-1]] * (n - len(s.draft_pending)) for s in run])
+        dl = torch.tensor([s.draft_len for s in run])
+        pos = torch.tensor([len(s.prompt.ids) + s.draft_len for s in run])[:, None] + torch.arange(n)[None]
+        groups = self._groups(True)
+        logits = d.decode(ids, pos, dl, groups)
+        last = torch.tensor([len(s.draft_pending) - 1 for s in run])
+        cur = logits[torch.arange(len(run)), last].argmax(-1)
+        out = [cur]
+        for s in run:
+            s.draft_len += len(s.draft_pending)
+        for _ in range(k - 1):
+            dl = torch.tensor([s.draft_len for s in run])
+            pos = torch.tensor([[len(s.prompt.ids) + s.draft_len] for s in run])
+            cur = d.decode(cur[:, None], pos, dl, groups)[:, 0].argmax(-1)
+            out.append(cur)
+            for s in run:
+                s.draft_len += 1
+        return torch.stack(out, 1)
+
+    def _sample(self, seqs: list[_Seq], logits: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+        banned = None
+        if any(s.req.bad_token_ids for s in seqs):
+            banned = torch.zeros(len(seqs), logits.shape[-1], dtype=torch.bool)
+            for i, s in enumerate(seqs):
+                banned[i, s.req.bad_token_ids] = True
+        return sample(logits, torch.tensor([s.req.temperature for s in seqs]), torch.tensor([s.req.top_p for s in seqs]),
+                      torch.tensor([s.seed for s in seqs], dtype=torch.long), steps, banned)
+
+    def _emit(self, s: _Seq, toks: list[int], logits: torch.Tensor) -> None:
+        """Append tokens (stopping at EOS, max_tokens or a stop string); stream them; record logprobs."""
+        r, new = s.req, []
+        for j, t in enumerate(toks):
+            s.tokens.append(t)
+            if t == self.eos_id and not r.ignore_eos:
+                s.finish = "stop"
+                break
+            new.append(t)
+            if r.want_logprobs:
+                lp, top = logprob_rows(logits[j: j + 1], torch.tensor([t]), r.top_logprobs)
+                lp_row(self.tok, s.lps, t, lp[0], top[0])
+            if len(s.tokens) >= r.max_tokens:
+                s.finish = "length"
+                break
+            if r.stop and any(x in self._text(s) for x in r.stop):
+                s.finish = "stop"
+                break
+        if new and r.on_token is not None:
+            r.on_token(new)
+
+    def _text(self, s: _Seq) -> str:
+        toks = s.tokens[:-1] if s.tokens and s.tokens[-1] == self.eos_id and not s.req.ignore_eos else s.tokens
+        return self.tok.decode(toks, skip_special_tokens=False)
+
+    def _retire(self) -> None:
+        for i in range(len(self.running) - 1, -1, -1):
+            s = self.running[i]
+            if s.finish is None:
+                continue
+            last = len(self.running) - 1
+            if i != last:  # keep slots 0..B-1 dense: the last sequence moves into the freed slot
+                moved = self.running[last]
+                self.runner.move_slot(last, i, moved.gen_len)
+                if self.draft is not None:
+                    self.draft.move_slot(last, i, moved.draft_len)
+                self.running[i] = moved
+            self.running.pop()
+            self._done(s)
+
+    def _done(self, s: _Seq) -> None:
+        s.prompt.users -= 1
+        try:
+            res = build_result(self.tok, s.req, s.tokens, s.finish, s.lps, s.prompt.ids, s.prompt.logp,
+                               s.verify_ct if self.draft is not None else 0)
+        except Exception as e:  # noqa: BLE001 - reported to that request, the engine lives on
+            s.done(None, e)
+            return
+        s.done(res, None)

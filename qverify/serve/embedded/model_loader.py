@@ -17,11 +17,13 @@ class LoadedModel:
     drafter: Any | None
     served_name: str
     info: dict[str, Any] = field(default_factory=dict)
+    fp8_kv: bool = False  # the build's KV cache is FP8 and quantization is on: the engine rounds the latent
+    sglang_kv_scales: dict[int, float] = field(default_factory=dict)  # per layer, under SGLang's name (kv_scales.py)
 
 
 def wants_speculative(manifest: dict[str, Any]) -> bool:
-    """Speculative decoding on the CPU server forces batch 1, so it is used where the recipe
-    touches the drafter (then the drafter is what is being verified), not for every build."""
+    """The drafter is used where the recipe touches it (then the drafter is what is being verified); elsewhere
+    it would only change speed, never outputs (the engine accepts exactly the target's own tokens)."""
     serving = manifest.get("serving") or {}
     return bool(serving.get("requires_drafter") or serving.get("draft_model_quantization"))
 
@@ -57,4 +59,11 @@ def load_for_serving(path: Path, quantization: bool = True, speculative: bool | 
     info = {"build_id": manifest.get("build_id"), "recipe": manifest.get("recipe"), "model_path": str(path),
             "kv_cache_dtype": manifest.get("kv_dtype", "bf16"), "kv_bytes_per_token": manifest.get("kv_bytes_per_token"),
             "quantization_enabled": quantization, "dtype": dtype}
-    return LoadedModel(model=model, tokenizer=tok, drafter=drafter, served_name=manifest.get("build_id") or path.name, info=info)
+    fp8_kv = quantization and str(info["kv_cache_dtype"]).startswith("fp8")
+    scales = {}
+    if fp8_kv:
+        from qverify.serve.embedded.kv_fp8 import sglang_scales_in_checkpoint
+
+        scales = sglang_scales_in_checkpoint(path, model.config.num_hidden_layers)
+    return LoadedModel(model=model, tokenizer=tok, drafter=drafter, served_name=manifest.get("build_id") or path.name,
+                       info=info, fp8_kv=fp8_kv, sglang_kv_scales=scales)

@@ -1,10 +1,11 @@
 """The embedded OpenAI-compatible server (FastAPI + uvicorn) for a build on CPU.
 
-    python -m qverify.serve.embedded.server --build DIR [--port N] [--no-quant] [--no-spec]
+    python -m qverify.serve.embedded.server --build DIR [--port N] [--no-quant] [--no-spec] [--max-batch 64]
 
 Endpoints: /health, /v1/models, /v1/chat/completions (stream=true: SSE chunks, for client-side TTFT),
 /v1/completions (echo + logprobs),
 /server_info (SGLang's field names: max_total_num_tokens, internal_states[0].avg_spec_accept_length).
+Generation is qverify.serve.embedded.engine (continuous batching over an MLA latent cache), run by one worker thread.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
 from qverify.chatfmt import ARG_BEGIN, CALL_BEGIN, SECTION_BEGIN, parse_tool_calls
-from qverify.serve.embedded.batcher import Batcher
 from qverify.serve.embedded.engine import Engine, GenRequest, GenResult
 from qverify.serve.embedded.model_loader import LoadedModel, load_for_serving
 from qverify.serve.embedded.streaming import TokenQueue, sse_chat
+from qverify.serve.embedded.worker import EngineWorker
 
 
 class _Body(BaseModel):
@@ -39,6 +40,7 @@ class _Body(BaseModel):
     n: int = 1
     stream: bool = False
     return_meta_info: bool = False
+    ignore_eos: bool = False  # SGLang's extension: generate exactly max_tokens
 
 
 class ChatBody(_Body):
@@ -64,12 +66,14 @@ def _stops(stop: str | list[str] | None) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop or [])
 
 
-def create_app(loaded: LoadedModel, max_batch: int = 8, threads: int = 1) -> FastAPI:
-    engine = Engine(loaded.model, loaded.tokenizer, loaded.drafter)
-    batcher = Batcher(engine, max_batch=max_batch, threads=threads)
+def create_app(loaded: LoadedModel, max_batch: int = 64, threads: int = 1,
+               kv_scale_mode: str = "production") -> FastAPI:
+    engine = Engine(loaded.model, loaded.tokenizer, loaded.drafter, max_batch=max_batch, fp8_kv=loaded.fp8_kv,
+                    scale_mode=kv_scale_mode, sglang_scales=loaded.sglang_kv_scales)
+    worker = EngineWorker(engine, threads=threads)
     tok = loaded.tokenizer
     app = FastAPI(title="qverify local server")
-    app.state.batcher = batcher
+    app.state.worker = worker
     name = loaded.served_name
 
     def check_len(n_prompt: int, max_tokens: int) -> JSONResponse | None:
@@ -85,7 +89,7 @@ def create_app(loaded: LoadedModel, max_batch: int = 8, threads: int = 1) -> Fas
     @app.get("/health_generate")
     async def health_generate() -> Any:
         """SGLang's readiness probe: healthy only if the model can generate a token."""
-        res = await batcher.submit("gen", GenRequest(prompt_ids=[tok.bos_token_id or 0], max_tokens=1))
+        res = await worker.submit(GenRequest(prompt_ids=[tok.bos_token_id or 0], max_tokens=1))
         return {"status": "ok", "tokens": len(res.token_ids)}
 
     @app.get("/v1/models")
@@ -95,9 +99,9 @@ def create_app(loaded: LoadedModel, max_batch: int = 8, threads: int = 1) -> Fas
 
     @app.get("/server_info")
     async def server_info() -> dict:
-        return {**loaded.info, "max_total_num_tokens": engine.max_context, "max_batch": batcher.max_batch,
-                "speculative": engine.drafter is not None, "busy_s": round(batcher.busy_s, 3),
-                "requests": batcher.requests, "batches": batcher.batches,
+        return {**loaded.info, "max_total_num_tokens": engine.max_context, "max_batch": engine.max_batch,
+                "speculative": engine.drafter is not None, "kv_fp8_latent": engine.runner.fp8_kv,
+                "kv_scale_mode": kv_scale_mode, "busy_s": round(worker.busy_s, 3), **engine.stats,
                 "internal_states": [{"avg_spec_accept_length": engine.avg_accept_length()}]}
 
     @app.post("/v1/chat/completions")
@@ -143,13 +147,13 @@ def create_app(loaded: LoadedModel, max_batch: int = 8, threads: int = 1) -> Fas
 
         req = GenRequest(prompt_ids=ids, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
                          seed=body.seed, stop=_stops(body.stop), want_logprobs=body.logprobs,
-                         top_logprobs=body.top_logprobs or 0, bad_token_ids=banned)
+                         top_logprobs=body.top_logprobs or 0, bad_token_ids=banned, ignore_eos=body.ignore_eos)
         if body.stream:
             if body.logprobs:
                 return _err(400, "stream=true with logprobs is not supported by the embedded server; use stream=false")
             tokens = TokenQueue()
             req.on_token = tokens.put
-            fut = asyncio.ensure_future(batcher.submit("gen", req))
+            fut = asyncio.ensure_future(worker.submit(req))
             fut.add_done_callback(lambda _: tokens.close())
             special = {tok.eos_token_id, tok.pad_token_id}
             return StreamingResponse(sse_chat(
@@ -157,7 +161,7 @@ def create_app(loaded: LoadedModel, max_batch: int = 8, threads: int = 1) -> Fas
                 finish_message, name, holds=req.stop + ([SECTION_BEGIN] if parse_tools else []),
                 stream_content=not prefill, usage=usage, meta=meta, announce_calls=parse_tools, prefill=prefill),
                 media_type="text/event-stream")
-        res = await batcher.submit("gen", req)
+        res = await worker.submit(req)
         message, finish = finish_message(res)
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
         if body.logprobs and res.logprobs is not None:
@@ -178,20 +182,19 @@ def create_app(loaded: LoadedModel, max_batch: int = 8, threads: int = 1) -> Fas
         if (e := check_len(len(ids), max_tokens)) is not None:
             return e
         k = body.logprobs or 0
-        echo_lps = await batcher.submit("echo", (ids, k)) if body.echo and body.logprobs is not None else None
-        res = None
-        if max_tokens > 0:
-            res = await batcher.submit("gen", GenRequest(
-                prompt_ids=ids, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
-                seed=body.seed, stop=_stops(body.stop), want_logprobs=body.logprobs is not None, top_logprobs=k))
-        text = (tok.decode(ids, skip_special_tokens=False) if body.echo else "") + (res.text if res else "")
-        lp_rows = (echo_lps or []) + ((res.logprobs or []) if res else [])
-        choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": res.finish_reason if res else "length"}
+        echo = body.echo and body.logprobs is not None
+        res = await worker.submit(GenRequest(
+            prompt_ids=ids, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed,
+            stop=_stops(body.stop), want_logprobs=body.logprobs is not None, top_logprobs=k,
+            prompt_logprobs=k if echo else None, ignore_eos=body.ignore_eos))
+        text = (tok.decode(ids, skip_special_tokens=False) if body.echo else "") + res.text
+        lp_rows = (res.prompt_logprobs or []) + (res.logprobs or [])
+        choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": res.finish_reason}
         if body.logprobs is not None:
             choice["logprobs"] = {"tokens": [x["token"] for x in lp_rows],
                                   "token_logprobs": [x["logprob"] for x in lp_rows],
                                   "top_logprobs": [x["top"] or None for x in lp_rows]}
-        n_out = len(res.token_ids) if res else 0
+        n_out = len(res.token_ids)
         return {"id": f"cmpl-{uuid.uuid4().hex[:12]}", "object": "text_completion", "created": int(time.time()),
                 "model": name, "choices": [choice],
                 "usage": {"prompt_tokens": len(ids), "completion_tokens": n_out, "total_tokens": len(ids) + n_out}}
@@ -233,7 +236,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=30000)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--max-batch", type=int, default=8)
+    ap.add_argument("--max-batch", type=int, default=64, help="most sequences decoding at once")
+    ap.add_argument("--kv-scale-mode", choices=["production", "compressed-tensors"], default="production",
+                    help="FP8 latent KV: SGLang's one scale per layer (default) or compressed-tensors' k/v pair")
     ap.add_argument("--no-quant", action="store_true", help="switch fake quantization off (logits = baseline)")
     spec = ap.add_mutually_exclusive_group()
     spec.add_argument("--spec", dest="spec", action="store_true", default=None, help="use the build's drafter")
@@ -246,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     _die_with_parent()
     loaded = load_for_serving(args.build, quantization=not args.no_quant, speculative=args.spec, dtype=args.dtype)
-    app = create_app(loaded, max_batch=args.max_batch, threads=args.threads)
+    app = create_app(loaded, max_batch=args.max_batch, threads=args.threads, kv_scale_mode=args.kv_scale_mode)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
 
 

@@ -2,7 +2,7 @@
 
 Streaming exists so that time-to-first-token is measured the same way on every backend:
 by the client, from the first content-bearing chunk. Tokens arrive from the engine thread
-(transformers' streamer hook) through an asyncio queue; text is released only when no stop
+(the engine's per-step on_token callback) through an asyncio queue; text is released only when no stop
 string or tool-call section could still start inside it, so the streamed text always equals
 the non-streamed answer's content.
 """

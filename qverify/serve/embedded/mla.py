@@ -1,0 +1,231 @@
+"""Multi-head latent attention over a latent cache, the way SGLang's MLA backends compute it.
+
+The cache holds one latent row per token: the 512 compressed KV (after kv_a_layernorm) and the 64-value rope key
+(after rope), rounded through FP8 when the build has an FP8 KV cache. Nothing is ever re-expanded per step:
+- prefill (a new prompt) runs the MHA form: kv_b_proj (the loaded module) expands the prompt's latent once and
+  causal attention runs per head, as SGLang's extend path does;
+- decode and speculative verify run the absorbed MQA form (FlashMLA / trtllm_mla): kv_b_proj's key half is folded
+  into the query (q_nope @ W_uk gives a 512-value query against the latent) and its value half into the output
+  (attention over the latent, then @ W_uv), so each step reads the cached latent and nothing else.
+
+Decode attention splits each sequence's context in two: its prompt, stored once per distinct prompt and shared by
+every sequence that has it (an item's replicates), and its own generated rows. The prompt part is one GEMM per
+prompt for all its sequences' queries stacked (the replicates read the shared rows once); the generated part is
+one batched GEMM over all sequences; the two are merged with their log-sum-exp, as split-KV kernels do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers.models.deepseek_v3.modeling_deepseek_v3 import apply_rotary_pos_emb, apply_rotary_pos_emb_interleave
+
+from qverify.serve.embedded.kv_fp8 import fp8_roundtrip
+
+
+def effective_weight(linear: torch.nn.Module) -> torch.Tensor:
+    """The weight a compressed-tensors Linear multiplies by (its run-time weight fake quant applied), fp32.
+
+    Absorption multiplies kv_b_proj's weight into the query and output, so it must be the weight compressed-tensors'
+    forward would use; an activation-quantized kv_b_proj cannot be absorbed (its input is the cache itself).
+    """
+    w = linear.weight.data
+    scheme = getattr(linear, "quantization_scheme", None)
+    status = getattr(linear, "quantization_status", None)
+    if scheme is not None and status is not None and getattr(linear, "quantization_enabled", True):
+        from compressed_tensors.quantization import QuantizationStatus
+        from compressed_tensors.quantization.lifecycle.forward import forward_quantize
+
+        if scheme.input_activations is not None:
+            raise NotImplementedError("kv_b_proj with quantized input activations cannot be absorbed into MLA")
+        if scheme.weights is not None and status < QuantizationStatus.COMPRESSED:
+            w = forward_quantize(linear, w, "weight", scheme.weights)
+    return w.float()
+
+
+@dataclass
+class Projected:
+    """One layer's per-token attention inputs for N tokens."""
+
+    q_nope: torch.Tensor  # [N, H, qk_nope]
+    q_rot: torch.Tensor  # [N, H, rope]
+    latent: torch.Tensor  # [N, kv_lora + rope], as cached (FP8-rounded when the cache is FP8)
+
+
+class MLALayer:
+    """One decoder layer's attention: calls the loaded module's Linear layers; attends over the latent cache."""
+
+    def __init__(self, attn: torch.nn.Module, config, kv_scale: torch.Tensor | None):
+        self.attn = attn
+        self.rope_interleave = bool(getattr(config, "rope_interleave", False))
+        self.H, self.dn, self.dr = attn.num_heads, attn.qk_nope_head_dim, attn.qk_rope_head_dim
+        self.dv, self.C = attn.v_head_dim, attn.kv_lora_rank
+        self.scaling = float(attn.scaling)
+        self.kv_scale = kv_scale  # [C + dr] per-value scale, None: no FP8 KV
+        w = effective_weight(attn.kv_b_proj).view(self.H, self.dn + self.dv, self.C)
+        self.w_uk = w[:, : self.dn, :].contiguous()  # [H, dn, C]
+        self.w_uv_t = w[:, self.dn:, :].transpose(1, 2).contiguous()  # [H, C, dv]
+
+    @property
+    def width(self) -> int:
+        return self.C + self.dr
+
+    def project(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Projected:
+        """h [1, N, hidden] -> queries and the latent rows to cache (HF's DeepseekV3Attention, before attention)."""
+        a = self.attn
+        n = h.shape[1]
+        q = a.q_proj(h) if a.q_lora_rank is None else a.q_b_proj(a.q_a_layernorm(a.q_a_proj(h)))
+        q = q.view(1, n, self.H, self.dn + self.dr).transpose(1, 2)  # [1, H, N, d]
+        q_nope, q_rot = q[..., : self.dn], q[..., self.dn:]
+        kv_nope, k_rot = torch.split(a.kv_a_proj_with_mqa(h), [self.C, self.dr], dim=-1)
+        kv_nope = a.kv_a_layernorm(kv_nope)
+        k_rot = k_rot.view(1, 1, n, self.dr)
+        rope = apply_rotary_pos_emb_interleave if self.rope_interleave else apply_rotary_pos_emb
+        q_rot, k_rot = rope(q_rot, k_rot, cos, sin)
+        latent = torch.cat([kv_nope[0], k_rot[0, 0]], dim=-1)
+        if self.kv_scale is not None:
+            latent = fp8_roundtrip(latent, self.kv_scale)
+        return Projected(q_nope[0].transpose(0, 1), q_rot[0].transpose(0, 1), latent)
+
+    def prefill(self, p: Projected) -> torch.Tensor:
+        """Causal MHA over one prompt's own tokens: [P, H * dv] (kv_b_proj expands the prompt's latent once)."""
+        n = p.latent.shape[0]
+        kv = self.attn.kv_b_proj(p.latent[:, : self.C].unsqueeze(0))[0].view(n, self.H, self.dn + self.dv)
+        k = torch.cat([kv[..., : self.dn], p.latent[:, None, self.C:].expand(n, self.H, self.dr)], dim=-1)
+        q = torch.cat([p.q_nope, p.q_rot], dim=-1)
+        v = kv[..., self.dn:]
+        if self.dv < self.dn + self.dr:  # torch's fused CPU kernel wants V as wide as Q/K (else: 3x slower math path)
+            v = F.pad(v, (0, self.dn + self.dr - self.dv))
+        out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                             is_causal=True, scale=self.scaling)  # 4-D: the fused kernel's layout
+        return out[0, ..., : self.dv].transpose(0, 1).reshape(n, self.H * self.dv)
+
+    def absorbed_query(self, p: Projected) -> torch.Tensor:
+        """[N, H, C + dr] queries against the latent, softmax scale folded in."""
+        q_lat = torch.bmm(p.q_nope.transpose(0, 1), self.w_uk).transpose(0, 1)  # [N, H, C]
+        return torch.cat([q_lat, p.q_rot], dim=-1) * self.scaling
+
+    def output(self, o_lat: torch.Tensor) -> torch.Tensor:
+        """[N, H, C] attention output over the latent -> [N, H * dv] (W_uv absorbed on the way out)."""
+        return torch.bmm(o_lat.transpose(0, 1), self.w_uv_t).transpose(0, 1).reshape(o_lat.shape[0], -1)
+
+
+def _partial(s: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Softmax pieces of one KV split: (row max, row sum of exp, unnormalised output)."""
+    m = s.amax(-1, keepdim=True)
+    e = torch.exp(s - m)
+    return m, e.sum(-1, keepdim=True), torch.matmul(e, values)
+
+
+class PromptTable:
+    """Live prompts' rows in one padded, persistent buffer [layers, slots, P, width], so a decode step reads every
+    prompt with one batched GEMM. A prompt's rows are copied in once, when it first decodes; its slot is freed
+    (and reused, lowest first) when no running sequence has it."""
+
+    def __init__(self, layers: int, width: int):
+        self.rows = torch.zeros(layers, 8, 64, width)
+        self.lens = torch.zeros(8, dtype=torch.long)
+        self.slot: dict[int, int] = {}  # id(PromptKV) -> slot
+
+    def sync(self, kvs: list) -> list[int]:
+        """Make the table hold exactly `kvs` (the live prompts); returns their slots."""
+        live = {id(kv) for kv in kvs}
+        for k in [k for k in self.slot if k not in live]:
+            self.lens[self.slot.pop(k)] = 0
+        for kv in kvs:
+            if id(kv) in self.slot:
+                continue
+            used = set(self.slot.values())
+            s = next((i for i in range(self.rows.shape[1]) if i not in used), None)
+            if s is None:
+                s = self._grow_slots()
+            n = kv.rows.shape[1]
+            if n > self.rows.shape[2]:
+                self._grow_len(n)
+            self.rows[:, s, :n] = kv.rows
+            self.lens[s], self.slot[id(kv)] = n, s
+        return [self.slot[id(kv)] for kv in kvs]
+
+    def _grow_slots(self) -> int:
+        old = self.rows.shape[1]
+        self.rows = torch.cat([self.rows, torch.zeros_like(self.rows)], 1)
+        self.lens = torch.cat([self.lens, torch.zeros_like(self.lens)])
+        return old
+
+    def _grow_len(self, n: int) -> None:
+        cap = self.rows.shape[2]
+        while cap < n:
+            cap *= 2
+        new = torch.zeros(self.rows.shape[0], self.rows.shape[1], cap, self.rows.shape[3])
+        new[:, :, : self.rows.shape[2]] = self.rows
+        self.rows = new
+
+
+class PromptPlan:
+    """How one decode step reads the prompts' rows, computed once per step for all layers.
+
+    Similar-length prompts (short contexts): one batched GEMM over the persistent PromptTable. Mixed lengths (long
+    contexts): one GEMM per prompt, where padding would waste more than the loop costs.
+    """
+
+    def __init__(self, groups: list[tuple[object, torch.Tensor]], B: int, table: PromptTable):
+        self.groups = groups
+        lens = [kv.rows.shape[1] for kv, _ in groups]
+        G, P = len(groups), max(lens)
+        self.batched = G > 1 and G * P <= 1.5 * sum(lens)
+        if not self.batched:
+            self.order = torch.cat([idx for _, idx in groups])
+            self.inv = torch.empty_like(self.order)
+            self.inv[self.order] = torch.arange(B)
+            return
+        slots = table.sync([kv for kv, _ in groups])
+        S = max(slots) + 1
+        if S * P > 2 * sum(lens):  # freed slots left holes: compact by starting over
+            table.slot.clear()
+            table.lens.zero_()
+            slots = table.sync([kv for kv, _ in groups])
+            S = max(slots) + 1
+        self.table = table.rows[:, :S, :P]
+        self.mask = torch.zeros(S, 1, P).masked_fill_(torch.arange(P)[None, None, :] >= table.lens[:S, None, None],
+                                                      float("-inf"))
+        self.k = max(len(idx) for _, idx in groups)
+        gather = torch.zeros(S, self.k, dtype=torch.long)  # empty member slots point at sequence 0, never read back
+        self.seq_pos = torch.empty(B, dtype=torch.long)
+        for s, (_, idx) in zip(slots, groups):
+            gather[s, : len(idx)] = idx
+            self.seq_pos[idx] = s * self.k + torch.arange(len(idx))
+        self.gather = gather.view(-1)
+
+    def attend(self, q: torch.Tensor, layer: int, C: int):
+        """Softmax pieces of every sequence's prompt part, each [B, R, *]."""
+        B, R, W = q.shape
+        if self.batched:
+            G = self.table.shape[1]
+            rows = self.table[layer]  # [S, P, width]; a free slot's rows are masked out (its length is 0)
+            qg = q[self.gather].view(G, self.k * R, W)
+            m, l, o = _partial(torch.baddbmm(self.mask, qg, rows.transpose(1, 2)), rows[..., :C])
+            return (x.view(G * self.k, R, -1)[self.seq_pos] for x in (m, l, o))
+        qo = q[self.order].view(-1, W)  # sequences regrouped by prompt, so each prompt's queries are one slice
+        parts, at = [], 0
+        for kv, idx in self.groups:
+            rows, n = kv.rows[layer], len(idx) * R
+            parts.append(_partial(torch.mm(qo[at: at + n], rows.t()), rows[:, :C]))
+            at += n
+        return (torch.cat([pt[i] for pt in parts]).view(B, R, -1)[self.inv] for i in range(3))
+
+
+def decode_attention(q: torch.Tensor, gen: torch.Tensor, gen_mask: torch.Tensor, prompts: PromptPlan, layer: int,
+                     C: int) -> torch.Tensor:
+    """Absorbed attention for B sequences with n new tokens each.
+
+    q [B, R, C + dr] (R = n * H rows per sequence, scale folded in); gen [B, G, C + dr] the sequences' own rows
+    (a view of the preallocated buffer, new rows already written); gen_mask [B, R, G] additive (causal + length).
+    Returns [B, R, C].
+    """
+    m_g, l_g, o_g = _partial(torch.baddbmm(gen_mask, q, gen.transpose(1, 2)), gen[..., :C])
+    m_p, l_p, o_p = prompts.attend(q, layer, C)
+    m = torch.maximum(m_g, m_p)
+    a, b = torch.exp(m_p - m), torch.exp(m_g - m)
+    return (o_p * a + o_g * b) / (l_p * a + l_g * b)

@@ -1,0 +1,68 @@
+"""What a generation request asks for and what it gets back (the server's and the engine's shared vocabulary)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class GenRequest:
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    top_logprobs: int = 0
+    want_logprobs: bool = False
+    bad_token_ids: list[int] = field(default_factory=list)
+    on_token: Callable[[list[int]], None] | None = None  # streaming: called with each step's new token ids
+    prompt_logprobs: int | None = None  # echo: logprobs of the prompt tokens, with this many top alternatives
+    ignore_eos: bool = False  # SGLang's sampling param: run to max_tokens
+
+
+@dataclass
+class GenResult:
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    logprobs: list[dict[str, Any]] | None = None  # [{token, logprob, top: {tok: lp}}]
+    meta_info: dict[str, Any] = field(default_factory=dict)
+    prompt_logprobs: list[dict[str, Any]] | None = None
+
+
+def lp_row(tok, out: list, t: int, lp: float | None, top: list[tuple[int, float]]) -> None:
+    conv = tok.convert_ids_to_tokens
+    out.append({"token": conv(t), "logprob": lp, "top": {conv(i): v for i, v in top}})
+
+
+def build_result(tok, r: GenRequest, tokens: list[int], finish: str | None, lps: list[dict[str, Any]],
+                 prompt_ids: tuple[int, ...], prompt_logp: torch.Tensor | None, verify_ct: int) -> GenResult:
+    """The response for a finished sequence: text cut at a stop string (re-tokenized, as before), logprobs,
+    echo logprobs of the prompt, and speculative stats (SGLang's meta_info names)."""
+    eos = tok.eos_token_id
+    new = [t for t in tokens if r.ignore_eos or t != eos]
+    text, finish = tok.decode(new, skip_special_tokens=False), finish or "length"
+    for x in r.stop:
+        j = text.find(x)
+        if j >= 0:
+            text, finish = text[:j], "stop"
+            new = tok(text, add_special_tokens=False)["input_ids"]
+    meta: dict[str, Any] = {}
+    if verify_ct:
+        meta = {"spec_verify_ct": verify_ct, "spec_accept_length": round(len(tokens) / verify_ct, 4)}
+    plp = None
+    if r.prompt_logprobs is not None and prompt_logp is not None:
+        plp = [{"token": tok.convert_ids_to_tokens(prompt_ids[0]), "logprob": None, "top": {}}]
+        ids = torch.tensor(prompt_ids)
+        chosen = prompt_logp[:-1].gather(1, ids[1:, None])[:, 0].tolist()
+        top = prompt_logp[:-1].topk(r.prompt_logprobs, -1) if r.prompt_logprobs > 0 else None
+        for j, t in enumerate(prompt_ids[1:]):
+            alts = list(zip(top.indices[j].tolist(), top.values[j].tolist())) if top is not None else []
+            lp_row(tok, plp, t, chosen[j], alts)
+    return GenResult(token_ids=new, text=text, finish_reason=finish,
+                     logprobs=lps[: len(new)] if r.want_logprobs else None, meta_info=meta, prompt_logprobs=plp)

@@ -1,0 +1,125 @@
+"""One model's forward over a latent cache: the loaded modules for everything but attention.
+
+Embeddings, norms, every Linear (q/kv/o projections, dense MLP, shared and routed experts, lm_head) and the MoE
+blocks are the modules as qverify's integrity-checked loader returned them, called as they are, so
+compressed-tensors' own forward (NVFP4 weight + activation fake quant, pack-quantized experts) stays the numerical
+reference. Only attention is replaced (mla.py), because transformers' re-expands the whole cache every step.
+
+Cache layout (preallocated, no per-step concatenation):
+- a prompt's latent rows live in its `PromptKV` ([layers, P, width]), written once by prefill and shared by
+  every sequence with that prompt;
+- each running sequence owns slot b of `gen` ([layers, slots, cap, width]); running sequences occupy slots
+  0..B-1, so `gen[l, :B, :G]` is a view that one batched GEMM reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from qverify.serve.embedded.kv_fp8 import ScaleMode, kv_quant_enabled, latent_scale
+from qverify.serve.embedded.mla import MLALayer, PromptPlan, PromptTable, decode_attention
+
+
+@dataclass
+class PromptKV:
+    rows: torch.Tensor  # [layers, P, width]
+
+
+class ModelRunner:
+    def __init__(self, model, slots: int, fp8_kv: bool = False, scale_mode: ScaleMode = "production",
+                 sglang_scales: dict[int, float] | None = None, cap: int = 128):
+        self.model = model
+        self.cfg = model.config
+        self.layers = list(model.model.layers)
+        self.mla = []
+        for i, layer in enumerate(self.layers):
+            a = layer.self_attn
+            scale = None
+            if fp8_kv and kv_quant_enabled(a):
+                scale = latent_scale(a, i, a.kv_lora_rank, a.qk_rope_head_dim, scale_mode, sglang_scales)
+            self.mla.append(MLALayer(a, self.cfg, scale))
+        self.width = self.mla[0].width
+        self.C = self.mla[0].C
+        self.slots = slots
+        self.gen = torch.zeros(len(self.layers), slots, cap, self.width)
+        self.table = PromptTable(len(self.layers), self.width)  # live prompts, padded, for batched decode reads
+
+    @property
+    def fp8_kv(self) -> bool:
+        return any(m.kv_scale is not None for m in self.mla)
+
+    def ensure_capacity(self, rows: int) -> None:
+        """Grow every slot to hold `rows` generated rows (doubling; rare, and copies only the live buffer)."""
+        cap = self.gen.shape[2]
+        if rows <= cap:
+            return
+        while cap < rows:
+            cap *= 2
+        new = torch.zeros(self.gen.shape[0], self.slots, cap, self.width)
+        new[:, :, : self.gen.shape[2]] = self.gen
+        self.gen = new
+
+    def move_slot(self, src: int, dst: int, rows: int) -> None:
+        self.gen[:, dst, :rows] = self.gen[:, src, :rows]
+
+    def _embed(self, ids: torch.Tensor, positions: torch.Tensor):
+        x = self.model.model.embed_tokens(ids[None])
+        cos, sin = self.model.model.rotary_emb(x, positions[None])
+        return x, cos, sin
+
+    def _mlp(self, layer, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+        x = x + layer.self_attn.o_proj(attn_out[None])
+        return x + layer.mlp(layer.post_attention_layernorm(x))
+
+    def _logits(self, x: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+        x = self.model.model.norm(x)[0]
+        if rows is not None:
+            x = x[rows]
+        return self.model.lm_head(x).float()
+
+    @torch.no_grad()
+    def prefill(self, prompts: list[list[int]], logit_rows: torch.Tensor) -> tuple[list[PromptKV], torch.Tensor]:
+        """Run new prompts (flattened into one forward); returns their caches and the logits at `logit_rows`
+        (indices into the flattened tokens)."""
+        lens = [len(p) for p in prompts]
+        ids = torch.tensor([t for p in prompts for t in p])
+        pos = torch.cat([torch.arange(n) for n in lens])
+        kvs = [PromptKV(torch.empty(len(self.layers), n, self.width)) for n in lens]
+        x, cos, sin = self._embed(ids, pos)
+        for li, (layer, mla) in enumerate(zip(self.layers, self.mla)):
+            p = mla.project(layer.input_layernorm(x), cos, sin)
+            outs, start = [], 0
+            for kv, n in zip(kvs, lens):
+                sl = slice(start, start + n)
+                kv.rows[li] = p.latent[sl]
+                outs.append(mla.prefill(type(p)(p.q_nope[sl], p.q_rot[sl], p.latent[sl])))
+                start += n
+            x = self._mlp(layer, x, torch.cat(outs))
+        return kvs, self._logits(x, logit_rows)
+
+    @torch.no_grad()
+    def decode(self, ids: torch.Tensor, positions: torch.Tensor, gen_len: torch.Tensor,
+               groups: list[tuple[PromptKV, torch.Tensor]]) -> torch.Tensor:
+        """n new tokens for each of B running sequences (slots 0..B-1): ids, positions [B, n]; gen_len [B] rows
+        each already holds. Writes the new rows, returns logits [B, n, vocab]."""
+        B, n = ids.shape
+        H = self.mla[0].H
+        G = int(gen_len.max()) + n
+        self.ensure_capacity(G)
+        cols = torch.arange(G)
+        limit = gen_len[:, None] + torch.arange(n)[None, :]  # query j sees own rows < gen_len + j + 1
+        mask = torch.zeros(B, n, G).masked_fill_(cols[None, None, :] > limit[:, :, None], float("-inf"))
+        mask = mask[:, :, None, :].expand(B, n, H, G).reshape(B, n * H, G)
+        write = (gen_len[:, None] + torch.arange(n)[None, :]).reshape(-1)
+        slot = torch.arange(B).repeat_interleave(n)
+        plan = PromptPlan(groups, B, self.table)
+        x, cos, sin = self._embed(ids.reshape(-1), positions.reshape(-1))
+        for li, (layer, mla) in enumerate(zip(self.layers, self.mla)):
+            p = mla.project(layer.input_layernorm(x), cos, sin)
+            self.gen[li, slot, write] = p.latent
+            q = mla.absorbed_query(p).view(B, n * H, self.width)
+            o = decode_attention(q, self.gen[li, :B, :G], mask, plan, li, self.C)
+            x = self._mlp(layer, x, mla.output(o.view(B * n, H, self.C)))
+        return self._logits(x, None).view(B, n, -1)

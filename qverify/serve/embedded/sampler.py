@@ -1,0 +1,75 @@
+"""A vectorized, batch-invariant seeded sampler: greedy, temperature and top-p for a whole batch at once.
+
+Each row's randomness is counter-based noise, a hash of (seed, step, token id), turned into Gumbel noise; the
+sampled token is argmax(logits / T + Gumbel) over the top-p nucleus (Gumbel-max draws exactly from the
+renormalised nucleus). A request's draws therefore depend on its seed and position only, never on what else
+shares the batch, and a speculative verify step samples position j with the same noise a plain decode step
+would, so speculation never changes a seeded output. (torch.Generator per row would mean a Python loop per
+step; torch has no counter-based random op on CPU, hence the hash, murmur3's finaliser on 32-bit lanes.)
+"""
+
+from __future__ import annotations
+
+import torch
+
+_M32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """murmur3 fmix32 on int64 lanes holding 32-bit values (products wrap; the low 32 bits stay exact)."""
+    x = x ^ (x >> 16)
+    x = (x * 0x85EBCA6B) & _M32
+    x = x ^ (x >> 13)
+    x = (x * 0xC2B2AE35) & _M32
+    return x ^ (x >> 16)
+
+
+def uniform_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[R, vocab] uniforms in (0, 1), a pure function of (seed, step, token id) per row.
+
+    The inputs are absorbed one at a time (h = mix(h ^ value + constant)), so no two inputs cancel each other.
+    """
+    tok = torch.arange(vocab, dtype=torch.int64)[None, :]
+    h = _mix32((seeds[:, None] & _M32) ^ 0x243F6A88)
+    h = _mix32(h ^ (((seeds[:, None] >> 32) + 0x85A308D3) & _M32))
+    h = _mix32(h ^ ((steps[:, None] * 0x9E3779B1 + 0x13198A2E) & _M32))
+    hi = _mix32(_mix32(h ^ tok) ^ 0x03707344)
+    lo = _mix32(_mix32(hi ^ tok) ^ 0xA4093822)
+    return ((hi << 21 | lo >> 11).double() + 0.5) / float(1 << 53)
+
+
+def sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, seeds: torch.Tensor,
+           steps: torch.Tensor, banned: torch.Tensor | None = None) -> torch.Tensor:
+    """Token ids [R] for logits [R, V]; temperature <= 0 means greedy. `banned` [R, V] bool masks tokens out."""
+    x = logits.float()
+    if banned is not None:
+        x = x.masked_fill(banned, float("-inf"))
+    greedy = temperature <= 0
+    out = x.argmax(-1)
+    if bool(greedy.all()):
+        return out
+    rows = (~greedy).nonzero().squeeze(1)
+    z = x[rows] / temperature[rows, None]
+    p = top_p[rows]
+    if bool((p < 1).any()):
+        probs = torch.softmax(z, -1)
+        # the nucleus is usually a few dozen tokens: rank the top 64 only, unless some row's nucleus is wider
+        sp, si = probs.topk(min(64, probs.shape[-1]), -1)
+        if bool((sp.sum(-1) < p).any()):
+            sp, si = probs.sort(-1, descending=True)
+        keep_sorted = (sp.cumsum(-1) - sp) < p[:, None]  # the smallest prefix reaching top_p
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, si, keep_sorted)
+        z = z.masked_fill(~keep, float("-inf"))
+    g = -torch.log(-torch.log(uniform_noise(seeds[rows], steps[rows], z.shape[-1])))
+    out[rows] = (z.double() + g).argmax(-1)
+    return out
+
+
+def logprob_rows(logits: torch.Tensor, chosen: torch.Tensor, k: int) -> tuple[list[float], list[list[tuple[int, float]]]]:
+    """Logprobs of the chosen tokens under the model's distribution, and the top-k per row."""
+    logp = torch.log_softmax(logits.float(), -1)
+    chosen_lp = logp.gather(1, chosen[:, None])[:, 0].tolist()
+    if k <= 0:
+        return chosen_lp, [[] for _ in chosen_lp]
+    v, i = logp.topk(k, -1)
+    return chosen_lp, [list(zip(ii, vv)) for ii, vv in zip(i.tolist(), v.tolist())]

@@ -1,0 +1,181 @@
+"""Quantized builds on the engine: compressed-tensors' forward is the reference; the FP8 latent is SGLang's.
+
+Builds are real llm-compressor runs on a tiny random DeepSeek-V3 (tests/conftest.py), loaded through qverify's
+integrity-checked loader exactly as the server loads them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from qverify.quantize.kv_scales import FP8_E4M3_MAX
+from qverify.serve.embedded.runner import ModelRunner
+
+CALIB = {"calib_samples": 16, "calib_seq_len": 128}
+
+
+@pytest.fixture(scope="module")
+def built(tiny_model_dir, tmp_path_factory):
+    from qverify.quantize import build
+
+    workdir, cache = tmp_path_factory.mktemp("workdir"), {}
+
+    def get(recipe: str):
+        if recipe not in cache:
+            from qverify.serve.embedded.model_loader import load_for_serving
+
+            cache[recipe] = load_for_serving(build(recipe, model=tiny_model_dir, workdir=workdir, **CALIB).build_dir,
+                                             speculative=False)
+        return cache[recipe]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def ids(built):
+    tok = built("nvfp4shared").tokenizer
+    return tok("def load_config(path):\n    with open(path) as f:\n        return json.load(f)\n",
+               add_special_tokens=False)["input_ids"]
+
+
+@torch.no_grad()
+def engine_logits(runner: ModelRunner, ids: list[int], n_prompt: int) -> torch.Tensor:
+    """Logits at every position: prefill of the first n_prompt tokens, then one absorbed decode step per token."""
+    kvs, logits = runner.prefill([ids[:n_prompt]], torch.arange(n_prompt))
+    out = [logits]
+    for j in range(n_prompt, len(ids)):
+        out.append(runner.decode(torch.tensor([[ids[j]]]), torch.tensor([[j]]), torch.tensor([j - n_prompt]),
+                                 [(kvs[0], torch.tensor([0]))])[0])
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def hf_logits(model, ids: list[int]) -> torch.Tensor:
+    return model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float()
+
+
+@pytest.mark.parametrize("recipe, scale_mode", [("nvfp4shared", "production"), ("nvfp4_all", "production"),
+                                                ("fp8kv_nvfp4shared", "compressed-tensors")])
+def test_logits_match_compressed_tensors_forward(built, ids, recipe, scale_mode):
+    """NVFP4 fake quant (shared experts; every Linear incl. an absorbed NVFP4 kv_b_proj), and FP8 KV with
+    compressed-tensors' own k/v scale pair: same logits as HF + compressed-tensors' forward, prefill and decode."""
+    lm = built(recipe)
+    runner = ModelRunner(lm.model, slots=4, fp8_kv=lm.fp8_kv, scale_mode=scale_mode)
+    assert runner.fp8_kv == recipe.startswith("fp8kv")
+    got, want = engine_logits(runner, ids, 12), hf_logits(lm.model, ids)
+    assert got.shape == want.shape
+    err = (got - want).abs().max().item()
+    assert err < 2e-3 * want.abs().max().item(), f"max |engine - compressed-tensors| = {err}"
+    assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.98
+    # and the quantization is really in both: switching it off moves the reference
+    from qverify.quantize.loader import set_quantization_enabled
+
+    set_quantization_enabled(lm.model, False)
+    try:
+        assert (hf_logits(lm.model, ids) - want).abs().max().item() > 10 * err
+    finally:
+        set_quantization_enabled(lm.model, True)
+
+
+def _hf_latent(model, ids: list[int], layer: int) -> torch.Tensor:
+    """The unquantized latent HF computes (512 after kv_a_layernorm, 64 rope key after rope), caught on its way
+    into compressed-tensors' QuantizedKVCache."""
+    seen = {}
+    attn = model.model.layers[layer].self_attn
+
+    def grab(mod, args, kwargs):
+        k, v = (list(args) + [kwargs.get("key_states"), kwargs.get("value_states")])[:2]
+        seen["latent"] = torch.cat([k[0, 0], v[0, 0]], -1).float()
+
+    h = attn.kv_cache.register_forward_pre_hook(grab, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.tensor([ids]), use_cache=False)
+    finally:
+        h.remove()
+    return seen["latent"]
+
+
+def _fp8_reference(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """Direct quantize / dequantize: x / s, clamp to the e4m3 range, round to float8_e4m3fn, times s."""
+    return (x / scale).clamp(-448, 448).to(torch.float8_e4m3fn).to(torch.float32) * scale
+
+
+@pytest.mark.parametrize("recipe", ["fp8kv", "fp8kv_badscale"])
+def test_fp8_latent_is_one_production_scale_over_all_576_values(built, ids, recipe):
+    lm = built(recipe)
+    runner = ModelRunner(lm.model, slots=2, fp8_kv=lm.fp8_kv)
+    kvs, _ = runner.prefill([ids], torch.tensor([len(ids) - 1]))
+    attns = [a.self_attn for a in lm.model.model.layers]
+    pairs = [(a.k_scale.data.clone(), a.v_scale.data.clone()) for a in attns]
+    for layer, attn in enumerate(attns):
+        k, v = float(attn.k_scale.detach()), float(attn.v_scale.detach())
+        scale = max(k, v)  # SGLang's single scale from compressed-tensors' pair (no SGLang-named tensor here)
+        assert torch.equal(runner.mla[layer].kv_scale, torch.full((576,), scale))
+        # the reference's earlier layers must see production's rounding too: one scale for both of CT's parts
+        attn.k_scale.data.fill_(scale)
+        attn.v_scale.data.fill_(scale)
+    try:
+        raws = [_hf_latent(lm.model, ids, layer) for layer in range(len(attns))]
+    finally:
+        for attn, (k, v) in zip(attns, pairs):
+            attn.k_scale.data.copy_(k)
+            attn.v_scale.data.copy_(v)
+    for layer, raw in enumerate(raws):
+        scale = float(runner.mla[layer].kv_scale[0])
+        want, got = _fp8_reference(raw, scale), kvs[0].rows[layer]
+        # equal, up to an fp8 rounding boundary crossed by float noise in the latent itself
+        assert (got == want).float().mean() > 0.995
+        # more than one e4m3 step apart, beyond float noise in the latent itself (1e-4 of its range)
+        bad = (got - want).abs() > 0.125 * want.abs() + 2 ** -9 * scale + 1e-4 * raw.abs().max()
+        assert not bad.any(), (layer, got[bad][:5], want[bad][:5], raw[bad][:5], scale)
+        assert not torch.equal(got, raw)  # really rounded
+        clipped = (raw.abs() / scale > FP8_E4M3_MAX).float().mean().item()
+        if recipe == "fp8kv_badscale":  # the control's 4x-shrunk scales must still clip the latent
+            assert clipped > 0.01
+            assert (got - raw).abs().max() > 0.5 * raw.abs().max()
+        else:  # calibrated scales: at most a stray value beyond the calibration set's max
+            assert clipped < 1e-3
+
+
+def test_sglang_named_scale_wins_and_absent_scales_mean_one(built):
+    from qverify.serve.embedded.kv_fp8 import latent_scale
+
+    attn = built("fp8kv").model.model.layers[0].self_attn
+    k, v = float(attn.k_scale.detach()), float(attn.v_scale.detach())
+    assert torch.equal(latent_scale(attn, 0, 512, 64, sglang_scales={0: 0.5}), torch.full((576,), 0.5))
+    assert torch.equal(latent_scale(attn, 0, 512, 64), torch.full((576,), max(k, v)))
+    ct = latent_scale(attn, 0, 512, 64, mode="compressed-tensors")
+    assert torch.equal(ct[:512], torch.full((512,), k)) and torch.equal(ct[512:], torch.full((64,), v))
+    plain = built("nvfp4shared").model.model.layers[0].self_attn
+    assert torch.equal(latent_scale(plain, 0, 512, 64), torch.ones(576))
+
+
+def test_no_quant_switches_the_fp8_latent_off(built, ids):
+    lm = built("fp8kv")
+    from qverify.quantize.loader import set_quantization_enabled
+
+    set_quantization_enabled(lm.model, False)
+    try:
+        assert not ModelRunner(lm.model, slots=2, fp8_kv=lm.fp8_kv).fp8_kv
+    finally:
+        set_quantization_enabled(lm.model, True)
+
+
+@pytest.mark.parametrize("recipe, scale_mode", [("as_shipped", "production"), ("fp8kv_nvfp4shared", "compressed-tensors")])
+def test_kimi_shaped_int4_experts_match_compressed_tensors_forward(kimi_shaped, tmp_path, recipe, scale_mode):
+    """A Kimi-shaped release (INT4 W4A16 pack-quantized routed experts, loaded linearized): the engine calls those
+    expert modules, so its logits are compressed-tensors' own, prefill and decode."""
+    from qverify.quantize import build
+    from qverify.serve.embedded.model_loader import load_for_serving
+
+    res = build(recipe, model=kimi_shaped, workdir=tmp_path / "wd", trust_remote_code=True, **{
+        "calib_samples": 8, "calib_seq_len": 64})
+    lm = load_for_serving(res.build_dir, speculative=False)
+    assert any("weight_packed" in k or "weight_scale" in k for k in lm.model.state_dict() if ".experts." in k)
+    ids = lm.tokenizer("def load_config(path):\n    return json.load(open(path))\n", add_special_tokens=False)["input_ids"]
+    runner = ModelRunner(lm.model, slots=2, fp8_kv=lm.fp8_kv, scale_mode=scale_mode)
+    got, want = engine_logits(runner, ids, len(ids) // 2), hf_logits(lm.model, ids)
+    err = (got - want).abs().max().item()
+    assert err < 2e-3 * want.abs().max().item(), f"max |engine - compressed-tensors| = {err}"
