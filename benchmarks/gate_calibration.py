@@ -223,7 +223,7 @@ def run_condition(src: Source, trials: int, kb: int, kc: int, cfg: QVerifyConfig
         base, cand = src.draw(kb, kc, rng)
         if frac:
             cand = {s: (r if s == "kld" else inject(r, frac, rng)) for s, r in cand.items()}
-        rep = gate_candidate("cand", "cand", base, cand, cfg.thresholds, cfg.alpha, n_boot, seed=t)
+        rep = gate_candidate("cand", "cand", base, cand, cfg.thresholds, cfg.alpha)  # n_boot, t: unused since v2
         tally.add(rep.verdict, anchor_verdicts(base, cand),
                   [m.metric for m in rep.metrics if m.gated and m.verdict == rep.verdict != "PASS"])
         effects += [np.nanmean(cand[s].scores[k]) - np.nanmean(base[s].scores[k])

@@ -56,6 +56,8 @@ class QVerifyConfig(_Strict):
     source: str = "synthetic"
     alpha: float = Field(0.05, gt=0, lt=1)
     error_budget: float = Field(0.02, ge=0, lt=0.5, description="max infrastructure-error rate of a complete run")
+    noise_k: float | None = Field(None, ge=0, description="margin = max(tolerance, noise_k x the baseline's run-to-run "
+                                                           "SD of one run's mean); off by default (docs/gate.md)")
     thresholds: dict[str, MetricRule] = Field(default_factory=dict, description="per metric, e.g. 'coding/pass@1'")
     serving: ServingConfig = Field(default_factory=ServingConfig)
     client: ClientConfig = Field(default_factory=ClientConfig)

@@ -36,6 +36,7 @@ class EvalSpec:
     serving: ServingProfile | None = None  # None: a bare local profile (ServingProfile())
     split: str = "test"
     fresh: bool = False
+    grow: bool = False  # stored runs may be extended to a larger item set (`gate --budget` rounds)
     suite_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     connect_timeout_s: float | None = None  # None: the backend's default (evals.client.DEFAULT_TIMEOUTS)
     read_timeout_s: float | None = None
@@ -116,7 +117,7 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, spec: 
                     error_budget=spec.error_budget, split=split, source=spec.source, fresh=spec.fresh,
                     timeouts=timeouts_for(spec.serving.backend if spec.serving else "local", spec.connect_timeout_s,
                                           spec.read_timeout_s, spec.item_timeout_s),
-                    allow_unsandboxed=spec.allow_unsandboxed)
+                    allow_unsandboxed=spec.allow_unsandboxed, grow=spec.grow)
     plan.check_existing()
     return plan
 
@@ -178,8 +179,8 @@ def suites_for_recipes(suites: list[str], recipes: list[str]) -> list[str]:
     return suites
 
 
-def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], suites: list[str], out=None
-                ) -> tuple[str, list[str]]:
+def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], suites: list[str], out=None,
+                evaluate: bool = True) -> tuple[str, list[str]]:
     """`qverify gate --recipe`: build the baseline and candidates if missing, run missing evals, return build ids.
 
     Builds are content-addressed, so a second call reuses them; evals resume, so only what
@@ -201,7 +202,7 @@ def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates:
     sv = cfg.serving
     spec = EvalSpec.from_config(cfg, suites=suites,
                                 serving=resolve_profile(sv.backend, sv.profile, sv.endpoint, sv.api_key_env))
-    for r in results:
+    for r in results if evaluate else []:  # `gate --budget` evaluates in rounds itself
         say(f"eval {r.manifest.build_id} ({', '.join(suites)}, {spec.replicates} replicates) …")
         evaluate_build(workdir, r.manifest.build_id, spec=spec, show_progress=not quiet,
                        warn=out.warn if out is not None else None)

@@ -54,11 +54,13 @@ def qverify(workdir: Path, *args: str) -> None:
 
 def build_ids(workdir: Path) -> dict[str, str]:
     """recipe -> newest build id."""
+    from qverify.workdir import Workdir, manifest_path, read_build_manifest
+
     out: dict[str, tuple[float, str]] = {}
-    for bj in (workdir / "builds").glob("*/build.json"):
-        m = json.loads(bj.read_text())
-        if m["recipe"] not in out or bj.stat().st_mtime > out[m["recipe"]][0]:
-            out[m["recipe"]] = (bj.stat().st_mtime, m["build_id"])
+    for d in Workdir.at(workdir).build_dirs():
+        m, mtime = read_build_manifest(d), manifest_path(d).stat().st_mtime
+        if m.recipe not in out or mtime > out[m.recipe][0]:
+            out[m.recipe] = (mtime, m.build_id)
     return {r: b for r, (_t, b) in out.items()}
 
 
@@ -106,7 +108,7 @@ def measure(workdir: Path, recipes) -> dict:
                "kl": None, "verdict": "baseline", "failed": []}
         if name != "bf16" and base:
             gs = [s for s in suites if (wd.runs / base / s).exists()]
-            c = run_gate(wd, base, [b], suites=gs, write=False, n_boot=1000).candidates[0]
+            c = run_gate(wd, base, [b], suites=gs, write=False).candidates[0]
             row["verdict"] = c.verdict
             row["failed"] = [m.metric for m in c.metrics if m.verdict == "FAIL" and m.gated]
             row["kl"] = next((round(m.candidate_mean, 4) for m in c.metrics if m.metric == "kld/kld"), None)

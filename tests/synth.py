@@ -28,8 +28,10 @@ def bernoulli(p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def results(suite: str, ids: list[str], scores: dict[str, np.ndarray], errors: np.ndarray | None = None,
-            logprobs: list[list[Any]] | None = None, seed0: int = 0) -> dict[int, list[ItemResult]]:
-    """ItemResults from per-key n x K matrices; NaN leaves the key out, errors[i, k] makes an infra error."""
+            logprobs: list[list[Any]] | None = None, seed0: int = 0,
+            length: np.ndarray | None = None) -> dict[int, list[ItemResult]]:
+    """ItemResults from per-key n x K matrices; NaN leaves the key out, errors[i, k] makes an infra error,
+    length[i, k] an answer cut at max_tokens (finish_reason "length")."""
     k = next(iter(scores.values())).shape[1] if scores else len(logprobs[0])
     out: dict[int, list[ItemResult]] = {}
     for r in range(k):
@@ -41,7 +43,8 @@ def results(suite: str, ids: list[str], scores: dict[str, np.ndarray], errors: n
                 continue
             vals = {key: float(m[i, r]) for key, m in scores.items() if not math.isnan(m[i, r])}
             lp = logprobs[i][r] if logprobs is not None else None
-            resp = Response(content="", finish_reason="stop", logprobs=lp)
+            finish = "length" if length is not None and length[i, r] else "stop"
+            resp = Response(content="", finish_reason=finish, logprobs=lp)
             rows.append(ItemResult(item_id=iid, suite=suite, replicate=r, seed=seed0 + r, request_hash="x",
                                    response=resp, scores=vals))
         out[r] = rows

@@ -48,7 +48,8 @@ def one_error_line(r) -> str:
     (["eval", "b", "--connect-timeout", "-1"], "--connect-timeout"),
     (["eval", "b", "--item-timeout", "0"], "--item-timeout"),
     (["eval", "b", "--port", "70000"], "--port"),
-    (["gate", "--n-boot", "0"], "--n-boot"),
+    (["gate", "--budget", "0"], "--budget"),
+    (["gate", "--budget", "ten minutes"], "--budget"),
     (["serve", "b", "--ready-timeout", "0"], "--ready-timeout"),
     (["suites", "show", "coding", "--n", "0"], "--n"),
     (["capacity", "b", "--tp", "0"], "--tp"),
@@ -110,7 +111,7 @@ def gated_wd(tmp_path_factory) -> Path:
     return wd
 
 
-GATE = ("gate", "--no-report", "--baseline", "base", "--candidate", "cand", "--suites", "coding", "--n-boot", "200")
+GATE = ("gate", "--no-report", "--baseline", "base", "--candidate", "cand", "--suites", "coding")
 
 
 def test_workdir_that_is_a_file_is_bad_input(tmp_path):

@@ -11,7 +11,20 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import ConfigOpt, Count, state
+from qverify.commands._common import ConfigOpt, state
+
+
+def _check_budget(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
+    """--budget is read before anything is built or evaluated: a typo never costs a build."""
+    if value is not None and not ctx.resilient_parsing:
+        from qverify.gate.budget import parse_budget
+
+        requests, seconds = parse_budget(value)
+        if (requests is not None and requests < 1) or (seconds is not None and seconds <= 0):
+            from qverify.errors import BadInput
+
+            raise BadInput(f"--budget must be above 0 (got {value})", fix="pass e.g. --budget 10m or --budget 4000")
+    return value
 
 
 def gate_cmd(
@@ -22,8 +35,8 @@ def gate_cmd(
     config: ConfigOpt = None,
     suites: Annotated[str | None, typer.Option("--suites", help="comma-separated suites (default: the config's that the baseline ran)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the GateReport as JSON")] = False,
-    n_boot: Annotated[int, typer.Option("--n-boot", callback=Count, help="bootstrap resamples")] = 2000,
-    seed: Annotated[int, typer.Option("--seed", help="bootstrap seed (the gate id depends on it)")] = 0,
+    budget: Annotated[str | None, typer.Option("--budget", callback=_check_budget, help="gate in rounds within this budget: a time (10m, 90s) "
+                                                            "or a request count; stops when decided, resumes")] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="skip the MLflow upload and review report")] = False,
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: sqlite in the workdir)")] = None,
 ) -> None:
@@ -55,12 +68,24 @@ def gate_cmd(
         names = names or suites_for_recipes(list(cfg.suites), cands)
         with s.out.stdout_is_data():
             base_id, cand_ids = ensure_runs(s.workdir, cfg, baseline=cfg.baseline, candidates=cands, suites=names,
-                                            out=s.out)
-    report = run_gate(s.workdir, base_id, cand_ids, names, cfg, n_boot=n_boot, seed=seed)
+                                            out=s.out, evaluate=budget is None)
+    looks = None
+    if budget is not None:
+        from qverify.gate.rounds import gate_in_rounds
+
+        with s.out.stdout_is_data():
+            report, looks, _ = gate_in_rounds(s.workdir, cfg, base_id, cand_ids, names or list(cfg.suites), budget,
+                                              show_progress=not s.out.json_mode)
+    else:
+        report = run_gate(s.workdir, base_id, cand_ids, names, cfg)
     if s.out.json_mode:
         s.out.data(report.model_dump(mode="json"))
     else:
         render(report, s.out.console)
+        if looks:
+            from qverify.gate.render import render_looks
+
+            render_looks(report, s.out.console)
         s.out.info(f"wrote {s.workdir.gate_report_path(report.gate_id)}")
     code = exit_code(report)
     if cfg.report and not no_report:

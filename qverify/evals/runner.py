@@ -66,6 +66,7 @@ class EvalPlan:
     split: str = "test"
     source: str = "synthetic"
     fresh: bool = False
+    grow: bool = False  # a stored run may be extended to a larger item set (the sequential gate's rounds)
     perf_probes: int = 4  # streamed requests per suite, one at a time, for TTFT (0: off)
     timeouts: Timeouts | None = None  # None: the client's defaults for the embedded server
     allow_unsandboxed: bool = False
@@ -94,6 +95,12 @@ class EvalPlan:
                 continue
             same = (m.suite_version == s.version and m.item_set_hash == item_set_hash(self.items[s.name])
                     and m.sampling == s.sampling)
+            if not same and self.grow and m.suite_version == s.version and m.sampling == s.sampling:
+                # the sequential gate's next round: more items of the same suite; every result already
+                # stored must be for an item of the new, larger set (the generators extend, never reshuffle)
+                ids = {it.id for it in self.items[s.name]}
+                if all(self.store(s.name).done_ids(r) <= ids for r in range(self.replicates)):
+                    continue
             if not same and not self.fresh:
                 raise BadInput(f"runs/{self.build_id}/{s.name} holds results for another item set, suite version or sampling",
                                fix="pass --fresh to start that suite over (the old results are moved aside)")

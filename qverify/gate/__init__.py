@@ -1,13 +1,17 @@
-"""qverify gate: ship / no-ship of a lossy build against the serving stack's run-to-run noise.
+"""qverify gate: ship / no-ship of a lossy build, with stated error rates (docs/gate.md).
 
-metrics   gate-metric declarations (data) and qverify.toml rules
-stats     noise model, paired bootstrap, band, MDE, Holm (pure)
-pairwise  flips, McNemar, K2VV trigger-F1 + floor, KL matrices (pure)
-decide    the verdict rule, per metric and per build
-integrity refusals: incomplete runs, mismatched items/versions/sampling, build ids
-loader / assemble   runs -> per-metric paired matrices
-gate      run_gate -> GateReport, gates/<id>/gate.json
-render    the terminal table
+metrics     gate-metric declarations (from each suite) and qverify.toml rules
+design      the runner's design -> per-item paired differences (shared seeds, run pairs, F1 jackknife)
+bounds      one-sided bounds: skew-corrected t + exact Clopper-Pearson on discordant items (pure)
+rule        PASS (non-inferiority, intersection-union) / FAIL (Holm) / INCONCLUSIVE, refusals (pure)
+sequential  alpha spending and confidence sequences for repeated looks (pure)
+budget      `--budget`: rounds, looks, resume (sequence.json); rounds wires it to the runner
+pairwise    flips, McNemar, K2VV trigger-F1 floor, KL matrices, output signatures (pure)
+integrity   refusals: incomplete runs, mismatched items/versions/sampling, build ids
+loader / assemble   runs -> per-metric paired evidence
+decide      decisions -> MetricResult rows
+gate        run_gate -> GateReport, gates/<id>/gate.json
+render      the terminal tables
 """
 
 from qverify.gate.gate import exit_code, gate_candidate, run_gate, write_report

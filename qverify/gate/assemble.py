@@ -1,77 +1,149 @@
-"""From two runs of a suite to each gate metric's paired matrices (decide.MetricData)."""
+"""From two runs of a suite to each gate metric's paired evidence (qverify.gate.rule.Evidence).
+
+The pair rules and why they hold are in qverify.gate.design; refusals are decided here,
+where it is known what the runs lack: a declared metric with no value on a side, trigger-F1
+with no tool call on either side, answers cut at max_tokens above LENGTH_SHARE.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from qverify.config import MetricRule
+from qverify.gate import design as dz
 from qverify.gate import pairwise as pw
-from qverify.gate.decide import MetricData
 from qverify.gate.loader import RunData
 from qverify.gate.metrics import MetricSpec, apply_rules, expand, specs_for_suite
-from qverify.gate.stats import paired_rows
+from qverify.gate.rule import Evidence
+
+# Suites scored as finished answers: an answer cut at max_tokens was never given. Above this
+# share of finish=length results on either side no metric of the suite may PASS (FAIL stands).
+LENGTH_SHARE = 0.10
+LENGTH_CHECKED = ("coding", "toolcall", "longctx")
 
 
 def common_items(base: RunData, cand: RunData) -> list[str]:
     return sorted(set(base.items) & set(cand.items))
 
 
-def suite_metrics(base: RunData, cand: RunData, rules: dict[str, MetricRule]) -> list[MetricData]:
-    """Every declared metric of the suite that the runs have data for, with qverify.toml's rules applied."""
+def suite_metrics(base: RunData, cand: RunData, rules: dict[str, MetricRule]) -> list[Evidence]:
+    """Every declared metric of the suite, with qverify.toml's rules applied; undefined ones as refusals."""
     keys = set(base.scores) | set(cand.scores)
     specs = [apply_rules(s, rules) for s in expand(specs_for_suite(base.suite), keys)]
     items = common_items(base, cand)
-    out: list[MetricData] = []
+    block = _length_block(base, cand)
+    out: list[Evidence] = []
     kld_specs = [s for s in specs if s.statistic == "kld"]
-    if kld_specs and base.logprobs is not None and cand.logprobs is not None:
-        out += _kld(kld_specs, base, cand, items)
+    if kld_specs:
+        if base.logprobs is not None and cand.logprobs is not None:
+            out += _kld(kld_specs, base, cand, items)
+        else:
+            out += [_refused(s, "no logprobs on one side: KL is undefined") for s in kld_specs]
     for s in specs:
-        if s.statistic == "mean" and s.key in keys:
+        if s.statistic == "mean":
             out.append(_mean(s, base, cand, items))
-        elif s.statistic == "trigger_f1" and s.key in base.scores and s.key in cand.scores:
+        elif s.statistic == "trigger_f1":
             out.append(_trigger(s, base, cand, items))
-        elif s.statistic == "match" and base.outputs is not None and cand.outputs is not None:
+        elif s.statistic == "match":
             out.append(_match(s, base, cand, items))
+    # an informational metric a run does not emit is left out; a gated one stays, as a refusal
+    out = [ev for ev in out if ev.gated or ev.refusal is None]
+    for ev in out:
+        ev.pass_block = ev.pass_block or block
     return out
 
 
-def _mean(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> MetricData:
-    b, c = base.matrix(s.key, items), cand.matrix(s.key, items)
-    rows = paired_rows(b, c)
-    return MetricData(s, b[rows], c[rows], len(base.replicates), len(cand.replicates))
+def _length_block(base: RunData, cand: RunData) -> str | None:
+    if base.suite not in LENGTH_CHECKED:
+        return None
+    for side, r in (("baseline", base), ("candidate", cand)):
+        done = r.n_results - r.n_errors
+        if done and r.n_length / done > LENGTH_SHARE:
+            return (f"{r.n_length / done:.0%} of the {side}'s answers ended on finish=length (over {LENGTH_SHARE:.0%}): "
+                    f"scores of unfinished answers prove nothing (raise max_tokens)")
+    return None
 
 
-def _trigger(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> MetricData:
-    """K2VV trigger-F1: reference = a baseline run's finish_reason == tool_calls, per item 0/1."""
+def _refused(s: MetricSpec, why: str) -> Evidence:
+    return Evidence(s.name, s.direction, s.tolerance, np.array([]), s.gated, refusal=why)
+
+
+def _summary(b: np.ndarray, c: np.ndarray) -> dict:
+    return {"baseline_mean": float(np.nanmean(dz.item_means(b))), "candidate_mean": float(np.nanmean(dz.item_means(c))),
+            "baseline_spread": _rep_means(b), "candidate_spread": _rep_means(c), "replicates": [b.shape[1], c.shape[1]]}
+
+
+def _rep_means(x: np.ndarray) -> list[float]:
+    return [float(np.nanmean(col)) for col in x.T if not np.isnan(col).all()]
+
+
+def _mean(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> Evidence:
     b, c = base.matrix(s.key, items), cand.matrix(s.key, items)
-    ybase, xcand = pw.trigger_matrices(b, c)
-    rows = paired_rows(ybase, xcand)
-    cross = pw.f1_cross(b, c)
-    between = pw.f1_between(b)
+    missing = [side for side, x in (("baseline", b), ("candidate", c)) if np.isnan(x).all()]
+    if missing:
+        return _refused(s, f"{s.name} has no value on the {' and '.join(missing)} side: the metric is undefined there")
+    d, rows = dz.mean_diffs(b, c)
+    b, c = b[rows], c[rows]
+    binary = dz.is_binary(b, c)
+    details = _summary(b, c)
+    if binary:
+        # "right" is 1 for a higher-is-better score, 0 for a lower-is-better rate
+        fl = pw.flips(b, c) if s.direction == "higher" else pw.flips(1 - b, 1 - c)
+        details["flips"] = fl
+        details["mcnemar_p"] = pw.mcnemar_p(int(fl["regressed"]), int(fl["improved"]))
+    return Evidence(s.name, s.direction, s.tolerance, d, s.gated, bounded=dz.is_unit(b, c),
+                    noise_sd=dz.run_noise_sd(b), details=details)
+
+
+def _trigger(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> Evidence:
+    """K2VV trigger-F1 against the baseline's runs, jackknifed per item (qverify.gate.design)."""
+    b, c = base.matrix(s.key, items), cand.matrix(s.key, items)
+    if b.shape[1] < 2:
+        return _refused(s, "trigger-F1 needs at least 2 baseline runs (its reference is the baseline's own runs)")
+    if np.nansum(b) == 0 and np.nansum(c) == 0:
+        return _refused(s, "no tool calls on either side: trigger-F1 is undefined, not 1.0")
+    d, fb, fc = dz.trigger_f1_diffs(b, c)
+    if np.isnan(d).any():
+        return _refused(s, "trigger-F1 is undefined for some pair of runs or with an item left out (too few tool calls)")
     floor = pw.f1_floor(b, s.floor_margin) if s.floor_margin is not None else None
-    details = {"f1_between_baseline_runs": between, "f1_candidate_vs_baseline_runs": cross,
-               "counts": [pw.trigger_counts(b[:, k], c[:, j]) for j in range(c.shape[1]) for k in range(b.shape[1])]}
-    return MetricData(s, ybase[rows], xcand[rows], b.shape[1], c.shape[1], within=False, floor=floor,
-                      floor_value=float(np.mean(cross)) if cross else None, details=details)
+    details = {"baseline_mean": fb, "candidate_mean": fc, "baseline_spread": pw.f1_between(b),
+               "candidate_spread": [pw.trigger_f1(b[:, k], c[:, j]) for k, j in dz.cross_pairs(b.shape[1], c.shape[1])],
+               "replicates": [b.shape[1], c.shape[1]], "k2vv_floor": floor,
+               "pairs": "baseline: pairs of its runs; candidate: (baseline k, candidate j != k): no same-seed pair"}
+    return Evidence(s.name, s.direction, s.tolerance, d, s.gated, details=details)
 
 
-def _match(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> MetricData:
-    """greedy/match: candidate-vs-baseline output identity against the baseline's identity with itself."""
-    b, c = pw.match_matrices(base.output_rows(items), cand.output_rows(items))
-    if b.shape[1] == 0:  # one baseline run: no self-agreement to compare with; assume a reproducible stack
-        b = np.where(np.isnan(c[:, :1]), np.nan, 1.0)
-    rows = paired_rows(b, c)
-    return MetricData(s, b[rows], c[rows], len(base.replicates), len(cand.replicates), within=False,
-                      details={"columns": "baseline: pairs of its runs; candidate: (baseline run, candidate run) pairs"})
+def _match(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> Evidence:
+    """greedy/match: identity with the baseline's runs (j != k) against the baseline's identity with itself."""
+    bo, co = base.output_rows(items), cand.output_rows(items)
+    kb, kc = len(base.replicates), len(cand.replicates)
+    same = lambda x, y: np.nan if x is None or y is None else float(x == y)  # noqa: E731
+    n = len(items)
+    cm = np.array([[same(bo[i][k], co[i][j]) for k, j in dz.cross_pairs(kb, kc)] for i in range(n)]).reshape(n, -1)
+    pairs = dz.base_pairs(kb, ordered=False)
+    bm = np.array([[same(bo[i][k], bo[i][l]) for k, l in pairs] for i in range(n)]).reshape(n, len(pairs))
+    note = "baseline: pairs of its runs; candidate: (baseline k, candidate j != k)"
+    if not pairs:  # one baseline run: assume the stack reproduces itself (the conservative choice)
+        bm, note = np.where(np.isnan(cm[:, :1]), np.nan, 1.0), note + "; one baseline run: its self-identity taken as 1"
+    d, rows = dz.mean_diffs(bm, cm)
+    return Evidence(s.name, s.direction, s.tolerance, d, s.gated, bounded=True,
+                    details={**_summary(bm[rows], cm[rows]), "pairs": note})
 
 
-def _kld(specs: list[MetricSpec], base: RunData, cand: RunData, items: list[str]) -> list[MetricData]:
+def _kld(specs: list[MetricSpec], base: RunData, cand: RunData, items: list[str]) -> list[Evidence]:
+    kb, kc = len(base.replicates), len(cand.replicates)
     mats = pw.kld_matrices(base.logprob_rows(items), cand.logprob_rows(items), [s.key for s in specs])
+    keep = [j * kb + k for k, j in dz.cross_pairs(kb, kc)]  # kld_matrices' candidate columns are j-major
     out = []
     for s in specs:
         b, c = mats[s.key]
-        rows = paired_rows(b, c)
-        out.append(MetricData(s, b[rows], c[rows], len(base.replicates), len(cand.replicates), within=False,
-                              details={"columns": "baseline: ordered pairs of its runs; candidate: (baseline run, "
-                                                  "candidate run) pairs"}))
+        c = c[:, keep]
+        if np.isnan(b).all() or np.isnan(c).all():
+            out.append(_refused(s, f"{s.name}: no item has logprobs on both sides"))
+            continue
+        d, rows = dz.mean_diffs(b, c)
+        out.append(Evidence(s.name, s.direction, s.tolerance, d, s.gated, bounded=dz.is_unit(b, c) and s.key != "kld",
+                            details={**_summary(b[rows], c[rows]),
+                                     "pairs": "baseline: ordered pairs of its runs; candidate: (baseline k, "
+                                              "candidate j != k)"}))
     return out

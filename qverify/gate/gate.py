@@ -1,7 +1,7 @@
 """run_gate: load the runs, check they are comparable, measure every metric, decide, write gate.json.
 
 The gate id is a content hash of everything the verdict depends on (build ids, suites,
-alpha, bootstrap size and seed, metric rules, and a fingerprint of every run's files),
+alpha, noise_k, metric rules, and a fingerprint of every run's files),
 with no timestamp: re-gating unchanged runs lands on the same gates/<id>/gate.json
 (rewritten, `created` updated), and any change to the runs or the rules gets a new id.
 """
@@ -14,32 +14,31 @@ from qverify.config import MetricRule, QVerifyConfig
 from qverify.errors import ExitCode
 from qverify.evals.store import atomic_write_text
 from qverify.gate.assemble import suite_metrics
-from qverify.gate.decide import ORDER, build_verdict, decide, measure
+from qverify.gate.decide import result
 from qverify.gate.integrity import build_problems, pair_problems, run_problems
 from qverify.gate.loader import RunData, load
 from qverify.gate.metrics import check_rule_names
+from qverify.gate.rule import ORDER, build_verdict, decide
 from qverify.models import CandidateReport, GateReport, content_hash
 from qverify.workdir import Workdir
 
-DEFAULT_N_BOOT = 2000
 
 
 def gate_candidate(build_id: str, recipe: str, base_runs: dict[str, RunData], cand_runs: dict[str, RunData],
-                   rules: dict[str, MetricRule], alpha: float = 0.05, n_boot: int = DEFAULT_N_BOOT, seed: int = 0,
+                   rules: dict[str, MetricRule], alpha: float = 0.05, noise_k: float | None = None,
                    integrity: list[str] | None = None) -> CandidateReport:
     """Gate one candidate on the suites present on both sides (runs already checked comparable)."""
-    data = [d for suite, b in base_runs.items() if suite in cand_runs for d in suite_metrics(b, cand_runs[suite], rules)]
-    m = sum(d.spec.gated for d in data)
-    metrics = decide([measure(d, alpha, m, n_boot, seed) for d in data], alpha)
-    verdict, reasons = build_verdict(metrics, integrity or [])
+    evs = [e for suite, b in base_runs.items() if suite in cand_runs for e in suite_metrics(b, cand_runs[suite], rules)]
+    decisions = decide(evs, alpha, noise_k)
+    metrics = [result(d, alpha) for d in decisions]
+    verdict, reasons = build_verdict(decisions, [f"refused: {r}" for r in integrity or []])
     perf = {f"{s}/{k}": v for s, r in cand_runs.items() if r.manifest for k, v in r.manifest.perf.items()}
     return CandidateReport(build_id=build_id, recipe=recipe, verdict=verdict, reasons=reasons, metrics=metrics,
                            perf=perf, integrity=list(integrity or []))
 
 
 def run_gate(workdir: Workdir | Path | str, baseline: str, candidates: list[str], suites: list[str] | None = None,
-             config: QVerifyConfig | None = None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0,
-             write: bool = True) -> GateReport:
+             config: QVerifyConfig | None = None, write: bool = True) -> GateReport:
     """Gate each candidate build against the baseline on `suites` (default: those of config.suites the
     baseline has runs for)."""
     from qverify.suites import get_suite
@@ -72,8 +71,8 @@ def run_gate(workdir: Workdir | Path | str, baseline: str, candidates: list[str]
             if not bad and not build_bad:  # results of unverified builds prove nothing either way
                 ok.append(s)
         reports.append(gate_candidate(cand, _recipe(wd, cand), {s: base_runs[s] for s in ok},
-                                      {s: cand_runs[s] for s in ok}, cfg.thresholds, cfg.alpha, n_boot, seed, problems))
-    settings = {"alpha": cfg.alpha, "n_boot": n_boot, "seed": seed, "error_budget": cfg.error_budget, "suites": suites,
+                                      {s: cand_runs[s] for s in ok}, cfg.thresholds, cfg.alpha, cfg.noise_k, problems))
+    settings = {"alpha": cfg.alpha, "noise_k": cfg.noise_k, "rule": "v2", "error_budget": cfg.error_budget, "suites": suites,
                 "thresholds": {k: v.model_dump() for k, v in sorted(cfg.thresholds.items())}}
     gate_id = content_hash({"baseline": baseline, "candidates": candidates, **settings, "runs": prints}, 12)
     verdict = max((c.verdict for c in reports), key=ORDER.__getitem__, default="INCONCLUSIVE")

@@ -30,6 +30,7 @@ class RunData:
     outputs: list[list[str | None]] | None = None  # greedy: [item][replicate] -> output signature or None
     n_results: int = 0  # (item, replicate) results read
     n_errors: int = 0  # of those, infrastructure errors (never scored)
+    n_length: int = 0  # of those, answers that ended on finish_reason == "length" (cut at max_tokens)
     fingerprint: str = ""  # hash of manifest + result files: a changed run gets a new gate id
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -68,7 +69,7 @@ def from_results(build_id: str, suite: str, manifest: RunManifest | None, result
     scores: dict[str, np.ndarray] = {}
     lps: list[list[Any]] | None = [[None] * len(reps) for _ in items] if keep_logprobs else None
     outs: list[list[str | None]] | None = [[None] * len(reps) for _ in items] if keep_outputs else None
-    n_res = n_err = 0
+    n_res = n_err = n_len = 0
     for col, k in enumerate(reps):
         for r in results[k]:
             n_res += 1
@@ -76,6 +77,7 @@ def from_results(build_id: str, suite: str, manifest: RunManifest | None, result
                 n_err += 1
                 continue
             row = pos[r.item_id]
+            n_len += r.response is not None and r.response.finish_reason == "length"
             for key, v in r.scores.items():
                 if key not in scores:
                     scores[key] = np.full((len(items), len(reps)), np.nan)
@@ -84,7 +86,7 @@ def from_results(build_id: str, suite: str, manifest: RunManifest | None, result
                 lps[row][col] = r.response.logprobs
             if outs is not None:
                 outs[row][col] = output_signature(r.response)
-    return RunData(build_id, suite, manifest, items, reps, scores, lps, outs, n_res, n_err)
+    return RunData(build_id, suite, manifest, items, reps, scores, lps, outs, n_res, n_err, n_len)
 
 
 def load(runs_root: Path, build_id: str, suite: str) -> RunData:

@@ -95,40 +95,6 @@ def trigger_f1(ref: np.ndarray, pred: np.ndarray) -> float:
     return f1_score(c["tp"], c["fp"], c["fn"])
 
 
-def f1_pseudo(ref: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """Per-item centred jackknife pseudo-values of F1(ref, pred); their mean is F1 itself.
-
-    pv_i = n F - (n-1) F_(-i), shifted so mean(pv) = F. F1 is a ratio, not a mean of item
-    scores; pseudo-values linearise it so the item-level machinery (paired bootstrap, noise
-    model, MDE) applies unchanged. NaN where either run lacks the item.
-    """
-    ok = ~np.isnan(ref) & ~np.isnan(pred)
-    out = np.full(len(ref), np.nan)
-    n = int(ok.sum())
-    if n == 0:
-        return out
-    r, p = ref[ok] == 1, pred[ok] == 1
-    tp, fp, fn = (r & p).astype(float), (~r & p).astype(float), (r & ~p).astype(float)
-    f = f1_score(tp.sum(), fp.sum(), fn.sum())
-    if n == 1:
-        out[ok] = f
-        return out
-    den = 2 * (tp.sum() - tp) + (fp.sum() - fp) + (fn.sum() - fn)
-    f_loo = np.divide(2 * (tp.sum() - tp), den, out=np.ones(n), where=den > 0)
-    pv = n * f - (n - 1) * f_loo
-    out[ok] = pv - pv.mean() + f
-    return out
-
-
-def trigger_matrices(b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Pseudo-value matrices (baseline: one column per pair of baseline runs; candidate: one per
-    (baseline run, candidate run) pair). The baseline needs >= 2 replicates."""
-    kb, kc = b.shape[1], c.shape[1]
-    base = [f1_pseudo(b[:, k], b[:, l]) for k, l in itertools.combinations(range(kb), 2)]
-    cand = [f1_pseudo(b[:, k], c[:, j]) for j in range(kc) for k in range(kb)]
-    return _stack(base, len(b)), _stack(cand, len(b))
-
-
 def f1_between(b: np.ndarray) -> list[float]:
     """F1 between every pair of baseline runs (F1 is symmetric in which run is the reference)."""
     return [trigger_f1(b[:, k], b[:, l]) for k, l in itertools.combinations(range(b.shape[1]), 2)]
@@ -249,32 +215,9 @@ def _fill(m: dict[str, np.ndarray], i: int, col: int, x: Encoded | None, y: Enco
             m[key][i, col] = s[key]
 
 
-def _stack(cols: list[np.ndarray], n: int) -> np.ndarray:
-    return np.column_stack(cols) if cols else np.full((n, 0), np.nan)
-
-
 def output_signature(response: Response | None) -> str | None:
     """What 'the same output' means: content plus the parsed calls, in order (ids excluded: servers number them)."""
     if response is None:
         return None
     calls = [(c.name, c.arguments) for c in response.tool_calls]
     return repr((response.content or "", calls, response.finish_reason))
-
-
-def match_matrices(base: list[list[str | None]], cand: list[list[str | None]]) -> tuple[np.ndarray, np.ndarray]:
-    """Per item, 1.0 where two runs' outputs are identical (NaN where either is missing).
-
-    Baseline columns: unordered pairs of its own runs (how often the stack reproduces itself);
-    candidate columns: every (baseline run, candidate run) pair. Same layout as the kld matrices.
-    """
-    n = len(base)
-    kb = len(base[0]) if n else 0
-    kc = len(cand[0]) if n else 0
-
-    def same(x: str | None, y: str | None) -> float:
-        return np.nan if x is None or y is None else float(x == y)
-
-    bpairs = [(i, j) for i in range(kb) for j in range(i + 1, kb)]
-    b = np.array([[same(base[r][i], base[r][j]) for i, j in bpairs] for r in range(n)]).reshape(n, len(bpairs))
-    c = np.array([[same(base[r][i], cand[r][j]) for i in range(kb) for j in range(kc)] for r in range(n)]).reshape(n, kb * kc)
-    return b, c

@@ -35,13 +35,13 @@ def _row(m: MetricResult) -> list[str]:
     p = "" if m.p_value is None else f"{m.p_value:.2g}" + ("" if m.p_adjusted is None else f" ({m.p_adjusted:.2g})")
     why = m.reason + (f" → {m.advice}" if m.advice else "")
     return [m.metric, _num(m.baseline_mean) + _spread(m.baseline_spread), _num(m.candidate_mean) + _spread(m.candidate_spread),
-            f"{m.delta:+.3f} [{m.ci_low:+.3f}, {m.ci_high:+.3f}]", f"±{_num(m.noise_band)}", _num(m.tolerance),
+            f"{m.delta:+.3f} [{m.ci_low:+.3f}, {m.ci_high:+.3f}]", _num(m.noise_band), _num(m.tolerance),
             _num(m.mde), p, _flips(m), verdict, why]
 
 
 def candidate_table(c: CandidateReport, baseline: str) -> Table:
     t = Table(title=f"{c.recipe} ({c.build_id}) vs {baseline}: [{STYLE[c.verdict]}]{c.verdict}[/]", show_lines=False)
-    for col in ("metric", "baseline", "candidate", "Δ [95% CI]", "noise band", "tol", "MDE", "p (Holm)", "flips",
+    for col in ("metric", "baseline", "candidate", "Δ [one-sided bounds]", "run SD", "tol", "MDE", "p FAIL (Holm)", "flips",
                 "verdict", "why"):
         t.add_column(col, overflow="fold", max_width=60 if col == "why" else None)
     for m in sorted(c.metrics, key=lambda m: (not m.gated, m.metric)):
@@ -61,7 +61,7 @@ def render(report: GateReport, console: Console) -> None:
 
 
 def _metric_line(m: MetricResult, name_w: int) -> str:
-    band = f"band ±{_num(m.noise_band)}"
+    band = f"run SD {_num(m.noise_band)}"
     return (f"{m.metric:<{name_w}}  Δ {m.delta:+.3f} [{m.ci_low:+.3f}, {m.ci_high:+.3f}]  {band:<12} "
             f"tol {_num(m.tolerance)}  {m.verdict}")
 
@@ -105,3 +105,26 @@ def render_table(report: GateReport, console: Console) -> None:
             for r in c.reasons[:8]:
                 console.print(f"  • {r}", highlight=False, markup=False)
     console.print(f"gate {report.gate_id}: [{STYLE[report.verdict]}]{report.verdict}[/]")
+
+
+def render_looks(report: GateReport, console: Console) -> None:
+    """The sequential gate: each look's level, items and requests, and each metric's bounds at that look."""
+    seq = report.config.get("sequential") or {}
+    looks = seq.get("looks", [])
+    if not looks:
+        return
+    t = Table(title=f"sequential gate {seq.get('id')}: {len(looks)} of {seq['plan']['looks']} planned looks")
+    for col in ("look", "level", "items", "requests", "time", "metric bounds [Δ low, high] → verdict"):
+        t.add_column(col, overflow="fold", max_width=90 if col.startswith("metric") else None)
+    for lk in looks:
+        cells = []
+        for cand, ms in lk["metrics"].items():
+            for name, m in sorted(ms.items()):
+                cells.append(f"{cand}:{name} [{m['lo']:+.3f}, {m['hi']:+.3f}] → {m['verdict']}")
+        items = ", ".join(f"{s} {n}" for s, n in lk["items"].items()) or "-"
+        t.add_row(str(lk["look"]), f"{lk['level']:.4f}", items, str(lk["requests"]), f"{lk['seconds']:.0f}s",
+                  "\n".join(cells) or "(nothing left undecided)")
+    console.print(t)
+    last = looks[-1]
+    console.print(f"the budget bought {last['requests']} requests in {last['seconds']:.0f}s"
+                  + (f"; finite sources exhausted: {', '.join(last['exhausted'])}" if last.get("exhausted") else ""))

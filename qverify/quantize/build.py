@@ -227,8 +227,16 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
         if src is None:
             continue
         stage = getattr(rec, which)
+        noise = rec.corrupt.shared_expert_noise if which == "target" and rec.corrupt is not None else None
         names: list[str] = []
-        if stage is None:
+        if stage is None and noise is not None:
+            with _stage("noise shared experts", on_stage, seconds):
+                model = compress.load_source(src, None, trust_remote_code)
+                compress.noise_shared_experts(model, noise, rec.corrupt.seed)
+                model.save_pretrained(dst)
+                del model
+                gc.collect()
+        elif stage is None:
             with _stage(f"copy {which}", on_stage, seconds):
                 names = copy_model(src, dst)
         else:
@@ -237,8 +245,10 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
                 model = compress.load_source(src, keep, trust_remote_code)
                 compress.quantize(model, stage, dataset, calib.seq_len, rec.calibration.pipeline,
                                   f"{loaded.path}: {which}", processor=tokenizer)
-                if which == "target" and rec.corrupt is not None:
+                if which == "target" and rec.corrupt is not None and rec.corrupt.kv_scale_factor is not None:
                     compress.shrink_kv_scales(model, rec.corrupt.kv_scale_factor)
+                if noise is not None:
+                    compress.noise_shared_experts(model, noise, rec.corrupt.seed)
                 counts = mf.module_counts(model)  # before saving: save compresses weights in place
                 if keep is not None:
                     drop_shipped_modules(model, keep)

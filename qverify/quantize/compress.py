@@ -109,6 +109,28 @@ def shrink_kv_scales(model, factor: float) -> int:
     return n
 
 
+def noise_shared_experts(model, scale: float, seed: int) -> int:
+    """The damage dial: w += N(0, (scale * rms(w))^2) on every shared-expert weight matrix; returns how many.
+
+    Relative to each matrix's RMS so one scale means the same damage in every layer; seeded, so
+    the same recipe always builds the same weights (a build id is content-addressed).
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    n = 0
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if "shared_experts" in name and name.endswith("weight") and p.dim() == 2:
+                rms = p.float().pow(2).mean().sqrt()
+                p.add_((torch.randn(p.shape, generator=gen) * scale * rms).to(p.dtype))
+                n += 1
+    if n == 0:
+        raise BadInput("corrupt.shared_expert_noise: the model has no shared-expert weights",
+                       fix="use it on a DeepSeek-V3/Kimi-style MoE with shared experts")
+    return n
+
+
 def save(model, out: Path) -> None:
     """Save compressed; llm-compressor's own recipe.yaml is kept as llmcompressor_recipe.yaml."""
     model.save_pretrained(out, save_compressed=True)

@@ -73,7 +73,7 @@ def _table(cols: list[str], rows: list[list[str]], row_class: list[str] | None =
 
 def _metric_table(rows: list[dict[str, str]]) -> str:
     """Compact: the spread and the reason go on a second, muted line so the table fits the page."""
-    cols = ["metric", "baseline", "candidate", "Δ", "95% CI", "noise band", "tol", "MDE", "p / adj", "flips ↓↑", "verdict"]
+    cols = ["metric", "baseline", "candidate", "Δ", "one-sided bounds", "run SD", "tol", "MDE", "p / adj", "flips ↓↑", "verdict"]
     head = "".join(f"<th>{escape(c)}</th>" for c in cols)
     body = []
     for r in rows:

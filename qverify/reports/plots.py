@@ -45,7 +45,7 @@ def _save(fig, path: Path) -> Path:
 
 
 def forest(bundle: GateBundle, out: Path) -> Path | None:
-    """One panel per metric: Δ and its CI per candidate, the noise band shaded, the FAIL line dashed."""
+    """One panel per metric: Δ and its one-sided bounds per candidate, ±1 run-to-run SD shaded, the tolerance dashed."""
     metrics: list[str] = []
     for c in bundle.gate.candidates:
         metrics += [m.metric for m in c.metrics if m.metric not in metrics]
@@ -61,9 +61,10 @@ def forest(bundle: GateBundle, out: Path) -> Path | None:
         ref = rows[0][1]
         k = 100.0 if is_rate(ref) else 1.0  # percentage points, as in the tables
         band, tol = ref.noise_band * k, ref.tolerance * k
-        ax.axvspan(-band, band, color="#d0d7de", alpha=0.6, lw=0, label="noise band")
+        ax.axvspan(-band, band, color="#d0d7de", alpha=0.6, lw=0, label="run-to-run SD")
         sign = -1 if ref.direction == "higher" else 1
-        ax.axvline(sign * (band + tol), color="#cf222e", ls="--", lw=0.9, label="fail line")
+        # the margin: PASS when the whole bound is on the good side of it, FAIL when wholly past it
+        ax.axvline(sign * tol, color="#cf222e", ls="--", lw=0.9, label="tolerance")
         ax.axvline(0, color="#57606a", lw=0.6)
         for i, m in rows:
             col = VERDICT_COLOR[m.verdict]
@@ -72,7 +73,7 @@ def forest(bundle: GateBundle, out: Path) -> Path | None:
         ax.set_yticks(range(len(cands)), [c.recipe for c in cands])
         ax.set_ylim(-0.6, len(cands) - 0.4)
         ax.invert_yaxis()
-        lim = max(abs(v) for _, m in rows for v in (m.ci_low * k, m.ci_high * k, band + tol)) * 1.15 or 1.0
+        lim = max(abs(v) for _, m in rows for v in (m.ci_low * k, m.ci_high * k, band, tol)) * 1.15 or 1.0
         ax.set_xlim(-lim, lim)
         gated = "" if ref.gated else " (inform only)"
         ax.set_title(f"{name}{gated}  ({'↑' if ref.direction == 'higher' else '↓'} better)", fontsize=9)
@@ -81,7 +82,7 @@ def forest(bundle: GateBundle, out: Path) -> Path | None:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False, bbox_to_anchor=(0.5, -0.02))
-    fig.suptitle("Quality change per metric: Δ with 95% CI against run-to-run noise", fontsize=11)
+    fig.suptitle("Quality change per metric: Δ with its one-sided bounds against the tolerance", fontsize=11)
     return _save(fig, out / "forest.png")
 
 

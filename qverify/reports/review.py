@@ -30,13 +30,13 @@ class Review:
 def _candidate_clause(c: CandidateReport) -> str:
     gated = [m for m in c.metrics if m.gated]
     if c.verdict == "PASS":
-        return f"{c.recipe} passes: all {len(gated)} gated metrics are within run-to-run noise"
+        return f"{c.recipe} passes: all {len(gated)} gated metrics are shown within their tolerances"
     bad = [m for m in gated if m.verdict == c.verdict] or gated
     if not bad:
         return f"{c.recipe} {VERDICT_WORD[c.verdict]} ({'; '.join(c.reasons) or 'no gated metric'})"
     worst = min(bad, key=lambda m: (m.delta if m.direction == "higher" else -m.delta))
-    what = (f"{worst.metric} Δ {fmt_delta(worst, worst.delta)}, CI [{fmt_delta(worst, worst.ci_low)}, "
-            f"{fmt_delta(worst, worst.ci_high)}], noise band ±{fmt_delta(worst, worst.noise_band, signed=False)}")
+    what = (f"{worst.metric} Δ {fmt_delta(worst, worst.delta)}, bounds [{fmt_delta(worst, worst.ci_low)}, "
+            f"{fmt_delta(worst, worst.ci_high)}], tolerance {fmt_delta(worst, worst.tolerance, signed=False)}")
     more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
     return f"{c.recipe} {VERDICT_WORD[c.verdict]} on {what}{more}"
 

@@ -73,9 +73,9 @@ def fmt_tokens(n: float | None) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k" if n >= 1e4 else f"{n:,.0f}"
 
 
-METRIC_COLUMNS = ["metric", "baseline", "candidate", "Δ", "95% CI", "noise band", "tol", "MDE", "p / adj", "flips ↓↑", "verdict", "why"]
+METRIC_COLUMNS = ["metric", "baseline", "candidate", "Δ", "one-sided bounds", "run SD", "tol", "MDE", "p / adj", "flips ↓↑", "verdict", "why"]
 PLOT_TITLES = {
-    "forest": "Δ against the noise band, per metric", "longctx": "Long-context accuracy by length",
+    "forest": "Δ and its bounds against the tolerance, per metric", "longctx": "Long-context accuracy by length",
     "replicates": "Replicate spread per suite", "capacity": "Weights size and KV capacity", "accept_length": "Accept length",
 }
 
@@ -90,7 +90,7 @@ def metric_rows(review: Review, build_id: str) -> list[dict[str, str]]:
             "candidate": fmt_value(m, m.candidate_mean), "candidate_spread": fmt_spread(m, m.candidate_spread),
             "delta": fmt_delta(m, m.delta),
             "ci": f"[{fmt_delta(m, m.ci_low, unit=False)}, {fmt_delta(m, m.ci_high, unit=False)}]",
-            "band": "±" + fmt_delta(m, m.noise_band, signed=False, unit=False),
+            "band": fmt_delta(m, m.noise_band, signed=False, unit=False),
             "tol": fmt_delta(m, m.tolerance, signed=False, unit=False), "mde": fmt_delta(m, m.mde, signed=False, unit=False),
             "p": fmt_p(m), "flips": fmt_flips(m), "verdict": m.verdict,
             "why": m.reason + (f" {m.advice}" if m.advice else ""),

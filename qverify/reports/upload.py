@@ -3,7 +3,7 @@
 Layout in MLflow (an experiment per model, `qverify/<model>`):
   gate run (params: recipes, build ids, serving, suite versions, replicates; tags: verdict, gate id)
   └─ build run per build (baseline and candidates: size, KV, perf, verdict; build manifests, logs)
-     └─ suite run per build × suite (means, replicate spread, Δ, CI, noise band, MDE, p, flips,
+     └─ suite run per build × suite (means, replicate spread, Δ, bounds, run-to-run SD, MDE, p, flips,
         verdict; per-item table and parquet)
 Idempotent: a FINISHED gate run with the same gate id means skip. Runs a failed upload
 left behind (RUNNING after a killed server, or FAILED) are tagged superseded and FAILED.
@@ -91,9 +91,8 @@ def _metric_values(m: MetricResult) -> list[tuple[str, float, int]]:
 
 
 def _worst_ratio(metrics: list[MetricResult]) -> float | None:
-    """min over gated metrics of oriented Δ / (noise band + tolerance); the FAIL line is at -1."""
-    vals = [(m.delta if m.direction == "higher" else -m.delta) / (m.noise_band + m.tolerance)
-            for m in metrics if m.gated and (m.noise_band + m.tolerance) > 0]
+    """min over gated metrics of oriented Δ / tolerance; the tolerance is at -1."""
+    vals = [(m.delta if m.direction == "higher" else -m.delta) / m.tolerance for m in metrics if m.gated and m.tolerance > 0]
     return min(vals) if vals else None
 
 

@@ -73,8 +73,9 @@ class KLDSuite(Suite):
     description = "KL divergence / same-top-token / Δp of prompt-token distributions against the baseline."
     primary_metric = "kld"
     gate_metrics = (
-        # nats; llama.cpp reference points: q8_0 0.0014, q4_K_M 0.031 (Llama-3-8B)
-        MetricSpec("kld/kld", "kld", "kld", direction="lower", tolerance=0.05, statistic="kld",
+        # nats; llama.cpp reference points: q8_0 0.0014, q4_K_M 0.031 (Llama-3-8B). 0.01 from the damage
+        # dial on qverify-tiny (docs/gate.md): KL 0.010 came with toolcall -3 points, 0.039 with -9
+        MetricSpec("kld/kld", "kld", "kld", direction="lower", tolerance=0.01, statistic="kld",
                    doc="mean KL(baseline || candidate) minus the baseline's own run-to-run KL"),
         MetricSpec("kld/same_top", "kld", "same_top", tolerance=0.05, statistic="kld", gated=False),
         MetricSpec("kld/dp_rms", "kld", "dp_rms", direction="lower", tolerance=0.02, statistic="kld", gated=False),

@@ -9,12 +9,12 @@ import pytest
 
 from qverify.config import QVerifyConfig
 from qverify.gate import run_gate
-from qverify.gate.pairwise import match_matrices
+from qverify.gate.design import base_pairs, cross_pairs
 from qverify.models import ItemResult, Response, ToolCall
 from qverify.pipeline import suites_for_recipes
 from tests import synth
 
-N, K = 40, 3
+N, K = 200, 3  # zero changed items in n bound the change at ~3.7/n: 200 items can show < 0.02
 
 
 def _write(wd: Path, build: str, outputs: list[list[str]]) -> None:
@@ -41,6 +41,8 @@ def wd(tmp_path_factory) -> Path:
     base = [f"out-{i}" if i % 3 else f"call:{{\"i\": {i}}}" for i in range(N)]
     _write(wd, "base", [[o] * K for o in base])
     _write(wd, "drafter", [[o] * K for o in base])  # a drafter change under greedy: identical outputs
+    _write(wd, "base24", [[o] * K for o in base[:24]])
+    _write(wd, "drafter24", [[o] * K for o in base[:24]])
     lossy = [o + " (changed)" if rng.random() < 0.4 else o for o in base]
     _write(wd, "lossy", [[o] * K for o in lossy])
     # a stack that does not reproduce itself on 20% of items, and a candidate just as irreproducible
@@ -51,14 +53,21 @@ def wd(tmp_path_factory) -> Path:
 
 
 def _match(wd: Path, base: str, cand: str):
-    rep = run_gate(wd, base, [cand], suites=["greedy"], config=QVerifyConfig(), n_boot=1000, write=False)
+    rep = run_gate(wd, base, [cand], suites=["greedy"], config=QVerifyConfig(), write=False)
     return rep.candidates[0], next(m for m in rep.candidates[0].metrics if m.metric == "greedy/match")
 
 
-def test_match_matrices_pair_runs_like_kld():
-    b, c = match_matrices([["a", "a", "b"]], [["a", "c"]])
-    assert b.tolist() == [[1.0, 0.0, 0.0]]  # baseline pairs (0,1) (0,2) (1,2)
-    assert c.tolist() == [[1.0, 0.0, 1.0, 0.0, 0.0, 0.0]]  # (b0,c0) (b0,c1) (b1,c0) (b1,c1) (b2,c0) (b2,c1)
+def test_run_pairs_never_share_a_seed():
+    assert base_pairs(3, ordered=False) == [(0, 1), (0, 2), (1, 2)]
+    assert cross_pairs(3, 2) == [(0, 1), (1, 0), (2, 0), (2, 1)]  # (baseline k, candidate j), j != k
+    assert cross_pairs(1, 1) == [(0, 0)]  # one run each: the same-seed pair is all there is
+
+
+def test_too_few_identical_items_cannot_pass(wd):
+    """24 identical greedy outputs bound a change only at ~3/24: INCONCLUSIVE, not PASS (tolerance 0.02)."""
+    rep = run_gate(wd, "base24", ["drafter24"], suites=["greedy"], config=QVerifyConfig(), write=False)
+    m = rep.candidates[0].metrics[0]
+    assert m.delta == 0 and m.verdict == "INCONCLUSIVE" and m.ci_low < -0.02
 
 
 def test_identical_greedy_outputs_pass(wd):

@@ -53,7 +53,7 @@ def _gate(wd: Path, *args: str, columns: str | None = None) -> subprocess.Comple
     if columns:
         env["COLUMNS"] = columns
     return subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(wd), "gate", "--no-report",
-                           "--baseline", "base", "--n-boot", "300", "--suites", "coding,toolcall", *args],
+                           "--baseline", "base", "--suites", "coding,toolcall", *args],
                           capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -84,16 +84,16 @@ def test_a_terminal_gets_the_table(wd):
 
     from qverify.gate.render import render
 
-    report = run_gate(wd, "base", ["cand"], suites=["coding", "toolcall"], config=QVerifyConfig(), n_boot=300,
+    report = run_gate(wd, "base", ["cand"], suites=["coding", "toolcall"], config=QVerifyConfig(),
                       write=False)
     con = Console(force_terminal=True, width=200, record=True)
     render(report, con)
     text = con.export_text()
-    assert "noise band" in text and "┃" in text or "│" in text
+    assert "run SD" in text and "┃" in text or "│" in text
 
 
 def test_gate_refuses_to_compare_sandboxed_with_unsandboxed(wd):
-    report = run_gate(wd, "base", ["weakcand"], suites=["coding", "toolcall"], config=QVerifyConfig(), n_boot=300,
+    report = run_gate(wd, "base", ["weakcand"], suites=["coding", "toolcall"], config=QVerifyConfig(),
                       write=False)
     c = report.candidates[0]
     assert c.verdict != "PASS" and exit_code(report) == 3

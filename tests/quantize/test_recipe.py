@@ -8,7 +8,7 @@ from qverify.errors import BadInput
 from qverify.quantize.recipe import list_recipes, load_recipe
 
 BUILTINS = {"bf16", "fp8kv", "nvfp4shared", "fp8kv_nvfp4shared", "fp8drafter", "fp8kv_nvfp4shared_fp8drafter",
-            "nvfp4_all", "fp8kv_badscale"}
+            "nvfp4_all", "fp8kv_badscale", "noise_shared"}
 
 
 def test_builtins_validate_and_declare_serving():
@@ -91,3 +91,36 @@ def test_user_file_named_by_stem_and_hash_ignores_comments(tmp_path):
 def test_missing_recipe_file(tmp_path):
     with pytest.raises(BadInput, match="not found"):
         load_recipe(tmp_path / "nope.yaml")
+
+
+def test_damage_dial_is_a_validated_control_field(tmp_path):
+    dial = load_recipe("noise_shared").recipe
+    assert dial.control and dial.corrupt.shared_expert_noise == 0.5 and dial.corrupt.kv_scale_factor is None
+    text = load_recipe("noise_shared").text
+    for bad, match in ((text.replace("seed: 0", "sead: 0"), "unknown key 'corrupt.sead'"),
+                       (text.replace("shared_expert_noise: 0.5", "shared_expert_noise: -1"), "shared_expert_noise"),
+                       (text.replace("  shared_expert_noise: 0.5\n", ""), "kv_scale_factor or shared_expert_noise")):
+        p = tmp_path / "dial.yaml"
+        p.write_text(bad)
+        with pytest.raises(BadInput, match=match):
+            load_recipe(p)
+
+
+def test_damage_dial_noise_has_the_stated_relative_scale(tiny_model):
+    """sigma is relative to each shared-expert matrix's RMS; nothing else moves; the same seed, the same weights."""
+    import torch
+
+    from qverify.quantize.compress import load_source, noise_shared_experts
+
+    a, b, c = load_source(tiny_model), load_source(tiny_model), load_source(tiny_model)
+    before = {n: p.detach().clone() for n, p in a.named_parameters()}
+    assert noise_shared_experts(a, 0.5, seed=0) > 0 and noise_shared_experts(b, 0.5, seed=0) > 0
+    noise_shared_experts(c, 0.5, seed=1)
+    for n, p in a.named_parameters():
+        if "shared_experts" in n and n.endswith("weight") and p.dim() == 2:
+            w = before[n].float()
+            ratio = ((p.float() - w).pow(2).mean().sqrt() / w.pow(2).mean().sqrt()).item()
+            assert 0.4 < ratio < 0.6, (n, ratio)
+            assert torch.equal(p, dict(b.named_parameters())[n]) and not torch.equal(p, dict(c.named_parameters())[n])
+        else:
+            assert torch.equal(p, before[n]), n

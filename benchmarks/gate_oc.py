@@ -1,0 +1,268 @@
+"""The gate's operating characteristic, simulated: P(PASS) and P(FAIL) against the true Delta,
+for qverify's rule (fixed and sequential) and the anchors' rules on the same trials.
+
+    python benchmarks/gate_oc.py [--trials 10000] [--plot docs/img/gate_oc.png] [--json oc.json] [--quick]
+
+A trial draws a suite of n items from a population (each item's success probability p_i:
+always right, always wrong, or unstable with p ~ U(0.15, 0.85)), a candidate whose true
+population Delta is the operating point, and K replicates per build where replicate k of an
+item shares its seed on both builds: with probability `coupling` the candidate's draw reuses
+the baseline's uniform (common random numbers), else it is fresh. Damage is diffuse (every
+item's p scaled down) or concentrated (a random share of items always wrong). Anchors, on
+replicate 0 (one run per build, as they are used): recovery = round(c/b, 2) >= 0.95
+(llm-compressor), |c - b| <= 0.08 b (vLLM rtol), c >= b - 1 point (one run, one threshold),
+trigger-F1 of candidate run 1 vs baseline run 0 >= min F1 between baseline runs - 0.03 (K2VV).
+Every rate is the share of `trials` independent simulated trials; vectorised numpy, one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from qverify.gate.bounds import paired_bounds
+from qverify.gate.sequential import look_sizes, spending_levels
+
+TOL, ALPHA = 0.03, 0.05
+MODELS = {  # (always right, always wrong); the rest unstable
+    "noisy": (0.60, 0.15),  # a T=0.6 suite (toolcall-like): 25% of items flip run to run
+    "stable": (0.80, 0.15),  # a T=0 suite on a nondeterministic stack: 5% flip
+    "ceiling": (1.00, 0.00),  # every item always right
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    delta: float
+    n: int
+    k: int = 3
+    coupling: float = 0.5
+    damage: str = "diffuse"  # or "concentrated"
+    model: str = "noisy"
+
+
+def population_mean(model: str) -> float:
+    r, w = MODELS[model]
+    return r + (1 - r - w) * 0.5
+
+
+def draw(pt: Point, trials: int, rng: np.random.Generator, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(baseline, candidate) 0/1 outcomes, trials x n x K, bool."""
+    n = n or pt.n
+    r, w = MODELS[pt.model]
+    u = rng.random((trials, n), dtype=np.float32)
+    p = np.where(u < r, 1.0, np.where(u < r + w, 0.0, 0.15 + 0.7 * rng.random((trials, n), dtype=np.float32)))
+    share = -pt.delta / population_mean(pt.model)
+    if pt.damage == "diffuse":
+        q = p * (1 - share)
+    else:
+        q = np.where(rng.random((trials, n), dtype=np.float32) < share, 0.0, p)
+    ub = rng.random((trials, n, pt.k), dtype=np.float32)
+    fresh = rng.random((trials, n, pt.k), dtype=np.float32)
+    uc = np.where(rng.random((trials, n, pt.k), dtype=np.float32) < pt.coupling, ub, fresh)
+    return ub < p[..., None], uc < q[..., None]
+
+
+def f1(ref: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    tp = (ref & pred).sum(-1)
+    den = 2 * tp + (~ref & pred).sum(-1) + (ref & ~pred).sum(-1)
+    return np.where(den > 0, 2 * tp / np.maximum(den, 1), 1.0)
+
+
+def anchors(b: np.ndarray, c: np.ndarray) -> dict[str, np.ndarray]:
+    b0, c0 = b[..., 0].mean(-1), c[..., 0].mean(-1)
+    out = {"recovery>=0.95": np.round(c0 / np.maximum(b0, 1e-9), 2) >= 0.95,
+           "rtol 0.08": np.abs(c0 - b0) <= 0.08 * b0, "1 run, 1 point": c0 >= b0 - 0.01}
+    if b.shape[-1] >= 2:
+        k = b.shape[-1]
+        floor = np.min([f1(b[..., i], b[..., j]) for i in range(k) for j in range(i + 1, k)], axis=0) - 0.03
+        out["K2VV F1 floor"] = f1(b[..., 0], c[..., 1]) >= floor
+    return out
+
+
+def fixed(pt: Point, trials: int, rng: np.random.Generator, chunk: int = 1000) -> dict[str, float]:
+    """P(PASS), P(FAIL) of the fixed rule and P(pass) of each anchor, over `trials` trials."""
+    acc: dict[str, float] = {}
+    for s in range(0, trials, chunk):
+        m = min(chunk, trials - s)
+        b, c = draw(pt, m, rng)
+        d = c.mean(-1, dtype=np.float64) - b.mean(-1, dtype=np.float64)
+        bd = paired_bounds(d, TOL, ALPHA, bounded=True, exact_p=False)
+        res = {"PASS": bd.lower > -TOL, "FAIL": bd.upper < -TOL, **anchors(b, c)}
+        for key, v in res.items():
+            acc[key] = acc.get(key, 0.0) + float(np.sum(v))
+    return {k: v / trials for k, v in acc.items()}
+
+
+def sequential(pt: Point, trials: int, rng: np.random.Generator, first: int, per_round: int, max_items: int,
+               chunk: int = 500) -> dict[str, float]:
+    """The budgeted sequential rule: a look after each round of items at its alpha-spending level, stop when decided."""
+    looks = look_sizes(first, per_round, max_items)
+    levels = spending_levels(looks, ALPHA)
+    verdict, used = [], []
+    for s in range(0, trials, chunk):
+        m = min(chunk, trials - s)
+        b, c = draw(pt, m, rng, n=max_items)
+        d = c.mean(-1, dtype=np.float64) - b.mean(-1, dtype=np.float64)
+        v = np.zeros(m, int)  # 0 undecided, 1 PASS, 2 FAIL
+        at = np.full(m, max_items)
+        for n, level in zip(looks, levels):
+            bd = paired_bounds(d[:, :n], TOL, level, bounded=True, exact_p=False)
+            open_ = v == 0
+            fail, ok = open_ & (bd.upper < -TOL), open_ & (bd.lower > -TOL)
+            v[fail], v[ok & ~fail] = 2, 1
+            at[(fail | ok)] = n
+        verdict.append(v)
+        used.append(np.where(v > 0, at, max_items))
+    v, n_used = np.concatenate(verdict), np.concatenate(used)
+    req = 2 * pt.k * n_used  # both builds, K replicates per item
+    return {"PASS": float(np.mean(v == 1)), "FAIL": float(np.mean(v == 2)), "median_requests": float(np.median(req)),
+            "mean_requests": float(np.mean(req))}
+
+
+def grid(quick: bool) -> list[Point]:
+    deltas = [0.0, -TOL / 2, -TOL, -1.5 * TOL, -2 * TOL]
+    sizes = [(60, 3), (300, 3), (1500, 1), (1500, 3)] if not quick else [(300, 3)]
+    out = [Point(dl, n, k, cp, dm) for n, k in sizes for cp in (0.0, 0.9) for dm in ("diffuse", "concentrated")
+           for dl in deltas]
+    out += [Point(dl, n, 3, 0.9, "concentrated", "ceiling") for n in ((60, 300, 1500) if not quick else (300,))
+            for dl in (0.0, -0.05)]
+    out += [Point(dl, 20, 3, 0.5, "diffuse", "stable") for dl in (0.0, -2 * TOL)]  # few items
+    return out
+
+
+def size_for_targets(pt: Point, trials: int, rng: np.random.Generator, sizes: list[int]) -> int | None:
+    """Smallest n with P(PASS | 0) >= 0.8 and P(FAIL | -2 tol) >= 0.8 (fixed rule)."""
+    for n in sizes:
+        a = fixed(Point(0.0, n, pt.k, pt.coupling, pt.damage, pt.model), trials, rng)
+        z = fixed(Point(-2 * TOL, n, pt.k, pt.coupling, pt.damage, pt.model), trials, rng)
+        if a["PASS"] >= 0.8 and z["FAIL"] >= 0.8:
+            return n
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=10_000)
+    ap.add_argument("--quick", action="store_true", help="one size per table (smoke runs)")
+    ap.add_argument("--plot", default=None, help="write the OC curves (matplotlib) to this PNG")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--only-sequential", action="store_true", help="skip the fixed-design grid")
+    a = ap.parse_args(argv)
+    rng = np.random.default_rng(a.seed)
+    t0 = time.time()
+    rows = []
+    print(f"# fixed design: P(PASS) / P(FAIL) of qverify's rule, P(pass) of the anchors; {a.trials} trials per row, "
+          f"tol {TOL}, alpha {ALPHA}")
+    print("| model | damage | coupling | n | K | Δ/tol | qverify PASS | qverify FAIL | recovery | rtol | 1 pt | K2VV |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for pt in ([] if a.only_sequential else grid(a.quick)):
+        r = fixed(pt, a.trials, rng)
+        rows.append({**asdict(pt), **r, "trials": a.trials})
+        anc = [f"{r[x]:.3f}" if x in r else "-" for x in ("recovery>=0.95", "rtol 0.08", "1 run, 1 point", "K2VV F1 floor")]
+        print(f"| {pt.model} | {pt.damage} | {pt.coupling} | {pt.n} | {pt.k} | {pt.delta / TOL:+.1f} | {r['PASS']:.3f} | "
+              f"{r['FAIL']:.3f} | " + " | ".join(anc) + " |", flush=True)
+    seq = sequential_vs_fixed(a.trials, rng, a.quick)
+    if rows:
+        _targets(rows, seq)
+    if a.plot and rows:
+        plot(rows, a.plot)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"fixed": rows, "sequential": seq}, f, indent=1)
+    print(f"# {time.time() - t0:.0f} s", file=sys.stderr)
+    return 0
+
+
+def sequential_vs_fixed(trials: int, rng: np.random.Generator, quick: bool) -> dict:
+    """Fixed n for the power targets, then a sequential design (rounds of n/10 items, at most 2n, alpha
+    spending alpha (n/N)^2) on the same trials' model: P(PASS), P(FAIL) and requests compared."""
+    base = Point(0.0, 0, 3, 0.5, "diffuse", "noisy")
+    sizes = [150, 200, 250, 300, 350, 400, 500, 600, 800, 1000, 1500, 2000] if not quick else [300, 600]
+    n_fixed = size_for_targets(base, max(trials // 5, 2000), rng, sizes)
+    if n_fixed is None:
+        return {"n_fixed": None}
+    per = max(n_fixed // 10, 10)
+    print(f"\n# sequential vs fixed (model noisy, diffuse, coupling 0.5, K 3): the fixed design needs n = {n_fixed} items "
+          f"({2 * 3 * n_fixed} requests per suite, both builds) for P(PASS|0) >= 0.8 and P(FAIL|-2 tol) >= 0.8; "
+          f"sequential: rounds of {per} items, at most {2 * n_fixed}, alpha spending alpha (n/N)^2")
+    out = {"n_fixed": n_fixed, "rounds_of": per, "max_items": 2 * n_fixed, "rows": []}
+    # the noisy suite across the grid, then the other suites of a main job at the same fixed size (a fixed
+    # design must be sized for its noisiest suite; the sequential one stops each suite when it is decided)
+    cases = [("noisy", dl) for dl in (0.0, -TOL / 2, -TOL, -1.5 * TOL, -2 * TOL, -4 * TOL)]
+    cases += [("stable", 0.0), ("stable", -2 * TOL), ("stable", -4 * TOL), ("ceiling", 0.0), ("ceiling", -4 * TOL)]
+    print("| suite model | Δ/tol | fixed PASS | fixed FAIL | fixed requests | seq PASS | seq FAIL | seq median requests | "
+          "seq mean | ratio (fixed/seq median) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for model, dl in cases:
+        pt = Point(dl, n_fixed, 3, 0.5 if model != "ceiling" else 0.9, "diffuse" if model != "ceiling" else
+                   "concentrated", model)
+        fx = fixed(pt, trials, rng)
+        sq = sequential(pt, trials, rng, first=per, per_round=per, max_items=2 * n_fixed)
+        ratio = 2 * 3 * n_fixed / sq["median_requests"]
+        out["rows"].append({"model": model, "delta": dl, "fixed": fx, "seq": sq, "ratio": ratio, "trials": trials})
+        print(f"| {model} | {dl / TOL:+.1f} | {fx['PASS']:.3f} | {fx['FAIL']:.3f} | {2 * 3 * n_fixed} | {sq['PASS']:.3f} | "
+              f"{sq['FAIL']:.3f} | {sq['median_requests']:.0f} | {sq['mean_requests']:.0f} | {ratio:.2f} |", flush=True)
+    return out
+
+
+def _targets(rows: list[dict], seq: dict) -> None:
+    def worst(pred, key):
+        sel = [r[key] for r in rows if pred(r)]
+        return max(sel) if sel else float("nan")
+
+    mc = 2 * np.sqrt(0.05 * 0.95 / rows[0]["trials"])
+    print(f"\n# targets (max over the grid rows that apply; a level-0.05 test at its boundary reads 0.05 +- {mc:.3f} "
+          f"here, 2 Monte Carlo SE)")
+    print(f"P(FAIL | Δ=0) <= 0.05: {worst(lambda r: r['delta'] == 0, 'FAIL'):.3f}")
+    print(f"P(PASS | Δ=-tol) <= 0.05: {worst(lambda r: abs(r['delta'] + TOL) < 1e-12, 'PASS'):.3f}")
+    print(f"P(PASS | ceiling, 5% item loss) <= 0.05: {worst(lambda r: r['model'] == 'ceiling' and r['delta'] < 0, 'PASS'):.3f}")
+    if seq.get("rows"):
+        r0, r2 = seq["rows"][0], seq["rows"][4]
+        ratios = [r["ratio"] for r in seq["rows"]]
+        print(f"sequential vs fixed, median over the {len(ratios)} cases of fixed/sequential median requests: "
+              f"{float(np.median(ratios)):.2f} (per case {min(ratios):.2f}-{max(ratios):.2f})")
+        print(f"within budget: P(PASS|0) {r0['seq']['PASS']:.3f} (seq) / {r0['fixed']['PASS']:.3f} (fixed), "
+              f"P(FAIL|-2tol) {r2['seq']['FAIL']:.3f} / {r2['fixed']['FAIL']:.3f}; fixed needs {seq['n_fixed']} items x 3 "
+              f"replicates = {6 * seq['n_fixed']} requests per suite; sequential median {r0['seq']['median_requests']:.0f} "
+              f"(Δ=0) and {r2['seq']['median_requests']:.0f} (Δ=-2tol)")
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    sel = [r for r in rows if r["model"] == "noisy" and r["coupling"] == 0.9 and r["damage"] == "diffuse"]
+    for (n, k) in sorted({(r["n"], r["k"]) for r in sel}):
+        rs = sorted((r for r in sel if r["n"] == n and r["k"] == k), key=lambda r: -r["delta"])
+        x = [r["delta"] / TOL for r in rs]
+        axes[0].plot(x, [r["PASS"] for r in rs], "-o", label=f"PASS n={n} K={k}")
+        axes[0].plot(x, [r["FAIL"] for r in rs], "--s", label=f"FAIL n={n} K={k}")
+    big = [r for r in sel if r["n"] == max(r2["n"] for r2 in sel) and r["k"] == max(r2["k"] for r2 in sel)]
+    big = sorted(big, key=lambda r: -r["delta"])
+    for key in ("recovery>=0.95", "rtol 0.08", "1 run, 1 point", "K2VV F1 floor", "PASS"):
+        axes[1].plot([r["delta"] / TOL for r in big], [r.get(key, np.nan) for r in big], "-o",
+                     label="qverify PASS" if key == "PASS" else f"{key}: pass")
+    for ax, title in zip(axes, ("qverify: P(PASS), P(FAIL)", f"P(pass) on the same trials (n={big[0]['n']})")):
+        ax.axhline(0.05, color="grey", lw=0.8, ls=":")
+        ax.axhline(0.8, color="grey", lw=0.8, ls=":")
+        ax.axvline(-1, color="red", lw=0.8, ls=":")
+        ax.set_xlabel("true Δ / tolerance")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("probability")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

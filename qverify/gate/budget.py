@@ -1,0 +1,193 @@
+"""`qverify gate --budget 10m` (or a request count): the gate in rounds, a look after each.
+
+Round j evaluates the first n_j = j * n_1 held-out items of every suite some metric of some
+candidate has not decided yet (the synthetic generators are unbounded and extend, never
+reshuffle: round j's items are round j-1's plus new ones; a finite real source stops
+growing and the report says it is exhausted). After the round the gate looks at those
+suites with its rule at the look's own level alpha_j = alpha((j/J)^2) - alpha(((j-1)/J)^2)
+(qverify.gate.sequential.spending_levels): by the union bound the chance of any false PASS
+of a metric, or of any false FAIL over all looks, stays <= alpha. A decided metric keeps
+its verdict; a suite whose gated metrics are all decided gets no more requests.
+
+J, the planned looks, is fixed before the first round (a request budget buys J rounds;
+a time budget plans MAX_LOOKS and stops early when the next round would not fit, leaving
+its alpha unspent). The plan and every look are kept in gates/seq-<id>/sequence.json, so
+rerunning the same command resumes the sequence where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from qverify.errors import BadInput
+from qverify.gate.sequential import SPEND_GAMMA, spending_levels
+from qverify.models import CandidateReport, GateReport, MetricResult, content_hash
+
+MAX_LOOKS = 8
+EvalFn = Callable[[str, dict[str, int]], dict[str, int]]  # (build id, {suite: items}) -> items each run now has
+
+
+def parse_budget(text: str) -> tuple[int | None, float | None]:
+    """'4000' -> (4000 requests, None); '10m' / '90s' / '1h' -> (None, seconds)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not m:
+        raise BadInput(f"--budget {text!r} is neither a request count nor a time", fix="pass e.g. --budget 10m or --budget 4000")
+    value, unit = float(m.group(1)), m.group(2)
+    if not unit:
+        return int(value), None
+    return None, value * {"s": 1, "m": 60, "h": 3600}[unit]
+
+
+@dataclass
+class Plan:
+    suites: list[str]
+    first: dict[str, int]  # items per suite at look 1 (and added per round)
+    looks: int
+    replicates: int
+    alpha: float
+    budget_requests: int | None = None
+    budget_seconds: float | None = None
+    gamma: float = SPEND_GAMMA
+
+    def items_at(self, suite: str, look: int) -> int:
+        return self.first[suite] * look
+
+    def levels(self) -> list[float]:
+        return spending_levels([self.items_at(self.suites[0], j) for j in range(1, self.looks + 1)], self.alpha, self.gamma)
+
+
+def make_plan(suites: list[str], first: dict[str, int], replicates: int, n_builds: int, alpha: float,
+              budget: str) -> Plan:
+    requests, seconds = parse_budget(budget)
+    per_round = n_builds * replicates * sum(first.values())
+    looks = MAX_LOOKS if requests is None else max(1, min(MAX_LOOKS * 4, requests // per_round))
+    return Plan(suites, first, looks, replicates, alpha, requests, seconds)
+
+
+@dataclass
+class Look:
+    look: int
+    level: float
+    items: dict[str, int]
+    requests: int  # cumulative, all builds
+    seconds: float  # cumulative wall time of the rounds
+    metrics: dict[str, dict[str, dict]] = field(default_factory=dict)  # candidate -> metric -> summary
+    exhausted: list[str] = field(default_factory=list)  # suites whose finite source had no more items
+
+
+def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, evaluate: EvalFn,
+                 gate: Callable[[list[str], float], GateReport], clock: Callable[[], float] = time.monotonic
+                 ) -> tuple[GateReport, list[Look]]:
+    """Rounds until every gated metric of every candidate is decided or the plan/budget ends.
+
+    evaluate(build, {suite: n}) brings the build's runs to their first n items;
+    gate(suites, level) gates all candidates on those suites at that level.
+    """
+    seq_id = "seq-" + content_hash({"baseline": baseline, "candidates": candidates, "plan": asdict(plan)}, 12)
+    state_path = root / seq_id / "sequence.json"
+    looks = _load(state_path)
+    frozen: dict[str, dict[str, MetricResult]] = {c: {} for c in candidates}
+    for lk in looks:
+        for c, ms in lk.metrics.items():
+            for name, m in ms.items():
+                if m["verdict"] != "INCONCLUSIVE" and name not in frozen[c]:
+                    frozen[c][name] = MetricResult.model_validate(m["result"])
+    exhausted: set[str] = set(looks[-1].exhausted) if looks else set()
+    levels = plan.levels()
+    report = None
+    spent_s = looks[-1].seconds if looks else 0.0
+    for j in range(len(looks) + 1, plan.looks + 1):
+        open_suites = [s for s in plan.suites if s not in exhausted and _undecided(s, frozen, report)]
+        if looks and not open_suites:
+            break
+        round_s = (spent_s / (j - 1)) if j > 1 else 0.0
+        if plan.budget_seconds is not None and j > 1 and spent_s + round_s > plan.budget_seconds:
+            break
+        t0 = clock()
+        want = {s: plan.items_at(s, j) for s in open_suites}
+        got = [evaluate(b, want) for b in [baseline, *candidates]]
+        items = {s: min(g[s] for g in got) for s in open_suites}
+        exhausted |= {s for s in open_suites if items[s] < want[s]}  # a finite source: no more held-out items
+        spent_s += clock() - t0
+        report = gate(open_suites, levels[j - 1])
+        prev = looks[-1].requests if looks else 0
+        new = sum(n - (looks[-1].items.get(s, 0) if looks else 0) for s, n in items.items())
+        lk = Look(j, levels[j - 1], items, prev + new * plan.replicates * (1 + len(candidates)), spent_s)
+        for c in report.candidates:
+            lk.metrics[c.build_id] = {}
+            for m in c.metrics:
+                if m.metric in frozen[c.build_id] or not m.gated:  # informational metrics decide nothing
+                    continue
+                lk.metrics[c.build_id][m.metric] = {"verdict": m.verdict, "delta": m.delta, "lo": m.ci_low,
+                                                    "hi": m.ci_high, "n": m.n_items, "result": m.model_dump(mode="json")}
+                if m.verdict != "INCONCLUSIVE":
+                    frozen[c.build_id][m.metric] = m
+        lk.exhausted = sorted(exhausted)
+        looks.append(lk)
+        _save(state_path, looks)
+        if plan.budget_requests is not None and lk.requests >= plan.budget_requests:
+            break
+    return _final(report, frozen, looks, plan, seq_id), looks
+
+
+def _undecided(suite: str, frozen: dict[str, dict[str, MetricResult]], report: GateReport | None) -> bool:
+    if report is None:
+        return True
+    for c in report.candidates:
+        for m in c.metrics:
+            if m.metric.startswith(f"{suite}/") and m.gated and m.metric not in frozen[c.build_id]:
+                return True
+    return False
+
+
+def _final(last: GateReport | None, frozen: dict[str, dict[str, MetricResult]], looks: list[Look], plan: Plan,
+           seq_id: str) -> GateReport:
+    if last is None:
+        raise BadInput("the sequence has no look to report", fix="rerun with a larger --budget")
+    cands = []
+    for c in last.candidates:
+        ms = {m.metric: m for m in c.metrics}
+        ms.update(frozen[c.build_id])
+        metrics = sorted(ms.values(), key=lambda m: m.metric)
+        gated = [m for m in metrics if m.gated]
+        if any(m.verdict == "FAIL" for m in gated):
+            verdict = "FAIL"
+        elif gated and all(m.verdict == "PASS" for m in gated) and not c.integrity:
+            verdict = "PASS"
+        else:
+            verdict = "INCONCLUSIVE"
+        reasons = [f"{m.metric}: {m.reason}" for m in gated if m.verdict == verdict] if verdict != "PASS" else \
+            [f"all {len(gated)} gated metrics are within their tolerances"]
+        cands.append(CandidateReport(build_id=c.build_id, recipe=c.recipe, verdict=verdict, reasons=reasons,
+                                     metrics=metrics, perf=c.perf, integrity=c.integrity))
+    order = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
+    verdict = max((c.verdict for c in cands), key=order.__getitem__, default="INCONCLUSIVE")
+    seq = {"id": seq_id, "plan": asdict(plan), "looks": [{k: v for k, v in asdict(lk).items() if k != "metrics"}
+                                                         | {"metrics": _brief(lk)} for lk in looks]}
+    config = {**last.config, "sequential": seq}
+    gate_id = content_hash({"seq": seq_id, "looks": len(looks), "runs": last.gate_id}, 12)
+    return GateReport(gate_id=gate_id, baseline=last.baseline, baseline_recipe=last.baseline_recipe, verdict=verdict,
+                      candidates=cands, config=config)
+
+
+def _brief(lk: Look) -> dict:
+    return {c: {name: {k: v for k, v in m.items() if k != "result"} for name, m in ms.items()}
+            for c, ms in lk.metrics.items()}
+
+
+def _load(path: Path) -> list[Look]:
+    if not path.exists():
+        return []
+    return [Look(**x) for x in json.loads(path.read_text())]
+
+
+def _save(path: Path, looks: list[Look]) -> None:
+    from qverify.evals.store import atomic_write_text
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps([asdict(lk) for lk in looks]))

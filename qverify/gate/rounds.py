@@ -1,0 +1,40 @@
+"""The budgeted gate wired to the real runner: each round evaluates more items, then gates (qverify.gate.budget)."""
+
+from __future__ import annotations
+
+from qverify.config import QVerifyConfig
+from qverify.gate.budget import Look, Plan, make_plan, run_sequence
+from qverify.models import GateReport
+from qverify.workdir import Workdir
+
+
+def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], suites: list[str],
+                   budget: str, show_progress: bool = True) -> tuple[GateReport, list[Look], Plan]:
+    from qverify.evals.store import RunStore
+    from qverify.gate.gate import run_gate, write_report
+    from qverify.pipeline import EvalSpec, evaluate_build
+    from qverify.serve.profile import resolve_profile
+    from qverify.suites import get_suite
+
+    first = {s: cfg.limit or get_suite(s).default_n for s in suites}
+    plan = make_plan(suites, first, cfg.replicates, 1 + len(candidates), cfg.alpha, budget)
+    sv = cfg.serving
+    serving = resolve_profile(sv.backend, sv.profile, sv.endpoint, sv.api_key_env)
+
+    def evaluate(build: str, want: dict[str, int]) -> dict[str, int]:
+        for n in sorted(set(want.values())):  # one server session per distinct item count
+            group = [s for s, m in want.items() if m == n]
+            spec = EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving)
+            evaluate_build(wd, build, spec=spec, show_progress=show_progress)
+        got = {}
+        for s in want:
+            m = RunStore(wd.runs / build / s).read_manifest()
+            got[s] = m.n_items if m is not None else 0
+        return got
+
+    def gate(open_suites: list[str], level: float) -> GateReport:
+        return run_gate(wd, baseline, candidates, open_suites, cfg.model_copy(update={"alpha": level}), write=False)
+
+    report, looks = run_sequence(wd.gates, baseline, candidates, plan, evaluate, gate)
+    write_report(wd, report)
+    return report, looks, plan

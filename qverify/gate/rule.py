@@ -1,0 +1,133 @@
+"""The verdict rule: three-way, with stated error rates, per metric and per build.
+
+Orient every metric so that higher is better (a lower-is-better metric's d is negated) and
+let L, U be the one-sided (1 - alpha) bounds of Delta (qverify.gate.bounds, or a confidence
+sequence under sequential looks, qverify.gate.sequential). With margin tol > 0:
+
+  PASS          L > -tol                     non-inferiority shown at level alpha
+  FAIL          Holm-adjusted p_fail <= alpha, p_fail testing H0: Delta >= -tol
+                (i.e. U < -tol, family-wise over the gated metrics)
+  INCONCLUSIVE  otherwise, or a refusal (too few items, an undefined metric, no tool
+                calls on either side, too many answers cut at max_tokens: see Evidence)
+
+A build PASSes only if every gated metric PASSes: an intersection-union test, whose
+level is alpha with no multiplicity correction (Berger 1982). It FAILs if any gated metric
+FAILs (Holm keeps the chance of any false FAIL <= alpha). The baseline's run-to-run noise
+is reported, never added to an acceptance region; `noise_k` (qverify.toml) may set the
+margin to max(tolerance, noise_k * run-to-run SD), a documented option.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from qverify.gate.bounds import Bounds, paired_bounds
+
+Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+MIN_ITEMS = 10  # below this the t bound's sd is itself too uncertain to state a level
+ORDER: dict[str, int] = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
+
+
+@dataclass
+class Evidence:
+    """One metric's paired evidence: per-item differences d_i = candidate - baseline (not oriented)."""
+
+    name: str
+    direction: Literal["higher", "lower"]
+    tolerance: float
+    d: np.ndarray
+    gated: bool = True
+    bounded: bool = False  # both sides' per-item values in [0, 1]: the exact discordance bound applies
+    refusal: str | None = None  # INCONCLUSIVE whatever the data say (undefined metric, no tool calls, ...)
+    pass_block: str | None = None  # blocks PASS only; a FAIL still stands (e.g. answers cut at max_tokens)
+    noise_sd: float | None = None  # baseline run-to-run SD of one run's mean (report; noise_k margin)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sign(self) -> int:
+        return 1 if self.direction == "higher" else -1
+
+
+@dataclass
+class Decision:
+    evidence: Evidence
+    verdict: Verdict
+    reason: str
+    margin: float  # the tolerance actually used
+    bounds: Bounds | None = None
+    p_fail_adjusted: float | None = None
+
+
+def margin(ev: Evidence, noise_k: float | None) -> float:
+    if noise_k is None or ev.noise_sd is None or not math.isfinite(ev.noise_sd):
+        return ev.tolerance
+    return max(ev.tolerance, noise_k * ev.noise_sd)
+
+
+def measure(ev: Evidence, alpha: float, noise_k: float | None = None) -> Bounds | None:
+    if ev.refusal is not None or len(ev.d) < MIN_ITEMS:
+        return None
+    return paired_bounds(ev.sign * ev.d, margin(ev, noise_k), alpha, ev.bounded)
+
+
+def holm(p: list[float]) -> list[float]:
+    """Holm step-down adjusted p-values: adj_(j) = max_{i<=j} min(1, (m - i) p_(i))."""
+    out, running = [1.0] * len(p), 0.0
+    for rank, i in enumerate(sorted(range(len(p)), key=p.__getitem__)):
+        running = max(running, min(1.0, (len(p) - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+def decide(evs: list[Evidence], alpha: float = 0.05, noise_k: float | None = None,
+           bounds: list[Bounds | None] | None = None) -> list[Decision]:
+    """Each metric's verdict; Holm over the gated metrics' FAIL p-values (bounds may be given, e.g. sequential)."""
+    bs = bounds if bounds is not None else [measure(e, alpha, noise_k) for e in evs]
+    gated = [i for i, (e, b) in enumerate(zip(evs, bs)) if e.gated and b is not None]
+    adj = dict(zip(gated, holm([float(bs[i].p_fail) for i in gated])))
+    return [_one(e, b, alpha, margin(e, noise_k), adj.get(i)) for i, (e, b) in enumerate(zip(evs, bs))]
+
+
+def _one(ev: Evidence, b: Bounds | None, alpha: float, tol: float, p_adj: float | None) -> Decision:
+    if ev.refusal is not None:
+        return Decision(ev, "INCONCLUSIVE", ev.refusal, tol)
+    if b is None:
+        return Decision(ev, "INCONCLUSIVE", f"only {len(ev.d)} paired items; a verdict needs at least {MIN_ITEMS}", tol)
+    lo, hi, delta = float(b.lower), float(b.upper), float(b.delta)
+    show = f"Δ {ev.sign * delta:+.4f}, one-sided {1 - alpha:.0%} bounds [{_o(ev, lo, hi)}]"
+    how = " (exact discordance bound: few items changed)" if bool(b.exact) else ""
+    worse = "below" if ev.sign > 0 else "above"
+    p = p_adj if p_adj is not None else float(b.p_fail)
+    if p <= alpha:
+        return Decision(ev, "FAIL", f"{show}{how}: worse than the tolerance {tol:.4g} (p={p:.2g}"
+                                    f"{', Holm' if p_adj is not None else ''})", tol, b, p_adj)
+    if lo > -tol:
+        if ev.pass_block:
+            return Decision(ev, "INCONCLUSIVE", f"{show} within the tolerance {tol:.4g}, but {ev.pass_block}", tol, b, p_adj)
+        return Decision(ev, "PASS", f"{show}{how}: no worse than the tolerance {tol:.4g}", tol, b, p_adj)
+    return Decision(ev, "INCONCLUSIVE", f"{show}{how}: reaches {worse} the tolerance {-ev.sign * tol:+.4g} and is "
+                                        f"not wholly past it", tol, b, p_adj)
+
+
+def _o(ev: Evidence, lo: float, hi: float) -> str:
+    """Bounds in the metric's own direction (a lower-is-better metric's interval flips back)."""
+    a, b = (lo, hi) if ev.sign > 0 else (-hi, -lo)
+    return f"{a:+.4f}, {b:+.4f}"
+
+
+def build_verdict(ds: list[Decision], refused: list[str]) -> tuple[Verdict, list[str]]:
+    """FAIL if any gated metric FAILs; PASS only if every gated metric PASSes (intersection-union) and
+    nothing was refused; otherwise INCONCLUSIVE. Reasons name the metrics that decided it."""
+    gated = [d for d in ds if d.evidence.gated]
+    fails = [d for d in gated if d.verdict == "FAIL"]
+    if fails:
+        return "FAIL", [f"{d.evidence.name}: {d.reason}" for d in fails]
+    open_ = [d for d in gated if d.verdict != "PASS"]
+    if open_ or refused or not gated:
+        why = [f"{d.evidence.name}: {d.reason}" for d in open_] + list(refused)
+        return "INCONCLUSIVE", why or ["no gated metric was measured"]
+    return "PASS", [f"all {len(gated)} gated metrics are within their tolerances"]

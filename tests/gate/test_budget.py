@@ -1,0 +1,131 @@
+"""The budgeted sequential gate's loop on synthetic runs written through the real RunStore.
+
+The round's `evaluate` writes the first n items of pre-drawn outcomes (what a server would have
+answered for those items); the gate is the real run_gate at the look's spending level.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qverify.config import QVerifyConfig
+from qverify.errors import BadInput
+from qverify.gate import run_gate
+from tests import synth
+from qverify.gate.budget import make_plan, parse_budget, run_sequence
+from qverify.workdir import Workdir
+
+NMAX, K = 2000, 3
+
+
+def _outcomes(rng, n, loss=0.0, base=None):
+    p = np.where(rng.random(n) < 0.75, 1.0, np.where(rng.random(n) < 0.5, 0.0, 0.5)) if base is None else base.copy()
+    p[(p == 1.0) & (rng.random(n) < loss)] = 0.0
+    return p
+
+
+class Rounds:
+    """evaluate(build, {suite: n}): runs now hold the first n items (a finite source may have fewer)."""
+
+    def __init__(self, wd: Path, probs: dict[str, dict[str, np.ndarray]], available: dict[str, int] | None = None,
+                 unseeded: tuple[str, ...] = ()):
+        self.wd, self.calls = wd, []
+        rng = np.random.default_rng(5)
+        u = {s: rng.random((NMAX, K)) for s in next(iter(probs.values()))}  # shared seeds: same uniforms
+        # a suite in `unseeded` draws fresh uniforms per build (a server whose seeds do not reproduce)
+        self.data = {b: {s: ((rng.random((NMAX, K)) if s in unseeded else u[s]) < p[:, None]).astype(float)
+                         for s, p in ps.items()} for b, ps in probs.items()}
+        self.available = available or {}
+        for b in probs:
+            synth.write_build(wd / "builds", b, b)
+
+    def __call__(self, build: str, want: dict[str, int]) -> dict[str, int]:
+        self.calls.append((build, dict(want)))
+        out = {}
+        for s, n in want.items():
+            n = min(n, self.available.get(s, NMAX))
+            x = self.data[build][s][:n]
+            synth.write_run(self.wd / "runs", build, s, synth.results(s, synth.item_ids(s, n), {_key(s): x}))
+            out[s] = n
+        return out
+
+
+def _key(suite: str) -> str:
+    return {"coding": "pass@1", "longctx": "accuracy"}[suite]
+
+
+def _gate(wd: Path, base: str, cand: str):
+    return lambda suites, level: run_gate(wd, base, [cand], suites, QVerifyConfig(alpha=level), write=False)
+
+
+def test_parse_budget():
+    assert parse_budget("4000") == (4000, None) and parse_budget("10m") == (None, 600.0)
+    assert parse_budget("90s") == (None, 90.0) and parse_budget("1h") == (None, 3600.0)
+    with pytest.raises(BadInput):
+        parse_budget("ten minutes")
+
+
+def test_a_clear_regression_fails_at_the_first_look_and_stops(tmp_path):
+    rng = np.random.default_rng(1)
+    p = _outcomes(rng, NMAX)
+    ev = Rounds(tmp_path, {"base": {"coding": p}, "bad": {"coding": _outcomes(rng, NMAX, 0.3, p)}})
+    plan = make_plan(["coding"], {"coding": 200}, K, 2, 0.05, "12000")
+    rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["bad"], plan, ev, _gate(tmp_path, "base", "bad"))
+    assert plan.looks == 10 and len(looks) == 1 and rep.verdict == "FAIL"
+    assert looks[0].requests == 2 * K * 200 and looks[0].level == pytest.approx(0.05 * 0.1 ** 2)
+
+
+def test_undecided_suites_get_the_next_round_decided_ones_stop(tmp_path):
+    """coding (stable, identical builds) PASSes early; longctx (noisy) needs more items; each look is kept."""
+    rng = np.random.default_rng(2)
+    pc = _outcomes(rng, NMAX)
+    pl = np.full(NMAX, 0.5)
+    probs = {"base": {"coding": pc, "longctx": pl}, "same": {"coding": pc, "longctx": pl}}
+    ev = Rounds(tmp_path, probs, unseeded=("longctx",))
+    plan = make_plan(["coding", "longctx"], {"coding": 300, "longctx": 300}, K, 2, 0.05, "30000")
+    rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["same"], plan, ev, _gate(tmp_path, "base", "same"))
+    verdicts = {m.metric: m.verdict for m in rep.candidates[0].metrics}
+    assert verdicts["coding/pass@1"] == "PASS"
+    coding_looks = [lk.look for lk in looks if "coding" in lk.items]
+    assert len(coding_looks) < len(looks)  # coding stopped getting requests once decided
+    assert all(len(lk.metrics["same"]) >= 1 for lk in looks)  # each look records the undecided metrics' bounds
+    seq = rep.config["sequential"]
+    assert len(seq["looks"]) == len(looks) and seq["plan"]["looks"] == plan.looks
+
+
+def test_resume_continues_the_sequence(tmp_path):
+    rng = np.random.default_rng(3)
+    pl = np.full(NMAX, 0.5)
+    probs = {"base": {"longctx": pl}, "same": {"longctx": pl}}
+    ev = Rounds(tmp_path, probs, unseeded=("longctx",))
+    plan = make_plan(["longctx"], {"longctx": 100}, K, 2, 0.05, "6000")
+    stop = {"at": 3}
+
+    def flaky(build, want):
+        if want["longctx"] >= stop["at"] * 100:
+            raise RuntimeError("server died")
+        return ev(build, want)
+
+    root = Workdir.at(tmp_path).gates
+    with pytest.raises(RuntimeError):
+        run_sequence(root, "base", ["same"], plan, flaky, _gate(tmp_path, "base", "same"))
+    stop["at"] = 10 ** 6
+    n_calls = len(ev.calls)
+    rep, looks = run_sequence(root, "base", ["same"], plan, flaky, _gate(tmp_path, "base", "same"))
+    assert looks[0].look == 1 and looks[1].look == 2  # the first two looks were kept, not redone
+    assert ev.calls[n_calls][1]["longctx"] == 300  # the resumed run starts at look 3
+    assert [lk.level for lk in looks] == pytest.approx(plan.levels()[: len(looks)])
+
+
+def test_a_finite_source_is_exhausted_and_said_so(tmp_path):
+    rng = np.random.default_rng(4)
+    pl = np.full(NMAX, 0.5)
+    ev = Rounds(tmp_path, {"base": {"longctx": pl}, "same": {"longctx": pl}}, available={"longctx": 250},
+                unseeded=("longctx",))
+    plan = make_plan(["longctx"], {"longctx": 100}, K, 2, 0.05, "6000")
+    rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["same"], plan, ev, _gate(tmp_path, "base", "same"))
+    assert looks[-1].exhausted == ["longctx"] and looks[-1].items["longctx"] == 250
+    assert len(looks) == 3  # 100, 200, then 250 of 300 wanted: nothing more to add

@@ -1,0 +1,120 @@
+"""The decision rule as pure functions: each test fails if the rule it names is wrong."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from qverify.gate import design as dz
+from qverify.gate.bounds import CLT_MIN_DISCORDANT, paired_bounds, t_bounds
+from qverify.gate.rule import Evidence, build_verdict, decide, holm
+
+TOL = 0.03
+
+
+def test_zero_variance_is_not_proof_of_no_change():
+    """Every item identical on both sides: the bound is the exact ~3.7/n, not [0, 0]."""
+    b = paired_bounds(np.zeros(60), TOL, 0.05, bounded=True)
+    assert b.se == 0 and b.exact
+    assert b.lower == pytest.approx(-sps.beta.ppf(0.975, 1, 60)) and b.lower < -TOL  # 60 items cannot show < 3 points
+    ev = Evidence("coding/pass@1", "higher", TOL, np.zeros(60), bounded=True)
+    assert decide([ev])[0].verdict == "INCONCLUSIVE"
+    ev = Evidence("coding/pass@1", "higher", TOL, np.zeros(400), bounded=True)
+    assert decide([ev])[0].verdict == "PASS"  # 400 unchanged items do bound the loss under 1 point
+    # an unbounded metric (KL) has no discordance bound; a zero-variance shift is taken at face value
+    assert not paired_bounds(np.zeros(60), TOL, 0.05, bounded=False).exact
+
+
+def test_few_discordant_items_use_the_wider_exact_bound():
+    d = np.zeros(300)
+    d[:5] = -1.0  # 5 items lost everywhere, nothing gained
+    b = paired_bounds(d, TOL, 0.05, bounded=True)
+    t_lower = t_bounds(d, 0.05)[2]
+    assert b.exact and b.lower == pytest.approx(min(t_lower, -sps.beta.ppf(0.975, 6, 295)))
+    d[:CLT_MIN_DISCORDANT] = -1.0
+    assert not paired_bounds(d, TOL, 0.05, bounded=True).exact
+
+
+def test_the_t_bound_corrects_for_skewed_differences():
+    """Losses outnumbering gains skew d to the left; the corrected lower bound sits below the plain t's
+    (the plain one passed 6% at the tolerance, benchmarks/gate_oc.py), and symmetric d is left alone."""
+    d = np.zeros(1500)
+    d[:52], d[52:60] = -1.0, 1.0
+    plain = d.mean() - sps.t.ppf(0.95, 1499) * d.std(ddof=1) / np.sqrt(1500)
+    assert t_bounds(d, 0.05)[2] < plain - 0.0003
+    sym = np.zeros(1500)
+    sym[:40], sym[40:80] = -1.0, 1.0
+    assert t_bounds(sym, 0.05)[2] == pytest.approx(-t_bounds(sym, 0.05)[3], rel=1e-9)
+
+
+def test_item_clustered_se_uses_the_shared_seed_pairing():
+    """Replicate k shares a seed on both builds: Var(delta) comes from the paired item differences, which
+    is far below Var(b) + Var(c) when the builds are coupled; an unpaired SE would never PASS here."""
+    rng = np.random.default_rng(0)
+    n, k = 400, 3
+    p = np.where(rng.random(n) < 0.5, 0.5, 1.0)  # half the items flip run to run
+    u = rng.random((n, k))
+    b, c = (u < p[:, None]).astype(float), (u < p[:, None]).astype(float)
+    flip = (rng.random((n, k)) < 0.15) & (p[:, None] == 0.5)  # the candidate redraws some unstable answers
+    c[flip] = 1 - c[flip]
+    d, rows = dz.mean_diffs(b, c)
+    bd = paired_bounds(d, TOL, 0.05, bounded=True)
+    unpaired = np.sqrt(dz.item_means(b).var(ddof=1) / n + dz.item_means(c).var(ddof=1) / n)
+    assert bd.se == pytest.approx(d.std(ddof=1) / np.sqrt(n)) and bd.se < unpaired / 2
+    assert 0 - sps.norm.ppf(0.95) * unpaired < -TOL  # an unpaired SE could not PASS these data
+    assert decide([Evidence("m", "higher", TOL, d, bounded=True)])[0].verdict == "PASS"
+
+
+def test_trigger_f1_aa_is_unbiased_because_no_same_seed_pair_is_used():
+    """A/A with strongly coupled seeds: Delta F1 averages ~0. Including the same-seed (k, k) pairs on the
+    candidate side only would bias it upwards (the old design's +0.06)."""
+    rng = np.random.default_rng(1)
+    n, k, trials = 120, 3, 300
+    deltas, biased = [], []
+    for _ in range(trials):
+        t = np.where(rng.random(n) < 0.5, 0.6, np.where(rng.random(n) < 0.5, 1.0, 0.0))
+        u = rng.random((n, k))
+        b = (u < t[:, None]).astype(float)
+        c = (np.where(rng.random((n, k)) < 0.9, u, rng.random((n, k))) < t[:, None]).astype(float)
+        d, fb, fc = dz.trigger_f1_diffs(b, c)
+        deltas.append(fc - fb)
+        biased.append(np.mean([dz.f1_with_jackknife(b[:, kk], c[:, j])[0] for kk in range(k) for j in range(k)]) - fb)
+        assert d.mean() == pytest.approx(fc - fb)  # the pseudo-values' mean is the estimate
+    se = np.std(deltas, ddof=1) / np.sqrt(trials)
+    assert abs(np.mean(deltas)) < 3 * se
+    assert np.mean(biased) > 10 * se  # the design the rule avoids
+
+
+def test_pass_is_intersection_union_and_fail_is_holm():
+    rng = np.random.default_rng(2)
+    ok = [Evidence(f"m{i}", "higher", TOL, rng.normal(0, 0.05, 2000)) for i in range(5)]
+    ds = decide(ok)
+    assert all(d.verdict == "PASS" for d in ds) and build_verdict(ds, [])[0] == "PASS"
+    # one metric inconclusive makes the build INCONCLUSIVE, however many others pass
+    ds = decide(ok + [Evidence("wide", "higher", TOL, rng.normal(0, 1.0, 50))])
+    assert build_verdict(ds, [])[0] == "INCONCLUSIVE"
+    # a lower-is-better metric is oriented: a rise beyond tolerance FAILs
+    ds = decide(ok + [Evidence("rate", "lower", TOL, rng.normal(0.2, 0.05, 500))])
+    assert ds[-1].verdict == "FAIL" and build_verdict(ds, [])[0] == "FAIL"
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    # a refusal elsewhere blocks PASS
+    assert build_verdict(decide(ok), ["refused: suite x"])[0] == "INCONCLUSIVE"
+
+
+def test_noise_margin_never_narrows_the_configured_tolerance():
+    ev = Evidence("m", "higher", TOL, np.zeros(500), noise_sd=0.001)
+    assert decide([ev], noise_k=3.0)[0].margin == TOL
+    ev.noise_sd = 0.02
+    assert decide([ev], noise_k=3.0)[0].margin == pytest.approx(0.06)
+
+
+def test_refusals_and_pass_blocks():
+    d = np.zeros(500)
+    assert decide([Evidence("m", "higher", TOL, d, refusal="undefined")])[0].verdict == "INCONCLUSIVE"
+    blocked = Evidence("m", "higher", TOL, d, pass_block="30% ended on finish=length")
+    assert decide([blocked])[0].verdict == "INCONCLUSIVE" and "finish=length" in decide([blocked])[0].reason
+    bad = Evidence("m", "higher", TOL, np.full(500, -0.2) + np.random.default_rng(3).normal(0, 0.1, 500),
+                   pass_block="30% ended on finish=length")
+    assert decide([bad])[0].verdict == "FAIL"  # shown damage stands
+    assert decide([Evidence("m", "higher", TOL, np.zeros(9))])[0].verdict == "INCONCLUSIVE"
