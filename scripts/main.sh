@@ -13,4 +13,4 @@ if ! bash scripts/setup.sh >"$setup_log" 2>&1; then
   exit 3
 fi
 tail -n 1 "$setup_log"  # [setup] ok: qverify <version>
-exec .venv/bin/qverify gate --recipe "${RECIPE:-fp8kv_nvfp4shared}" "$@"
+exec .venv/bin/qverify gate --recipe "${RECIPE:-fp8kv_nvfp4shared}" --config scripts/main-job.toml "$@"
