@@ -75,7 +75,7 @@ def test_build_id_uses_checkpoint_bytes_and_manifest_kv_dtype(workdir_with_build
     (["capacity", "--config", "kimi-k2.6", "--gpu", "a100"], "unknown GPU 'a100'"),
     (["capacity", "--config", "kimi-k2.6", "--recipe", "fp8kv_nvfp4shard"], "did you mean 'fp8kv_nvfp4shared'"),
     (["capacity", "--config", "kimi-k2.6", "--context", "lots"], "--context 'lots' is not a token count"),
-    (["capacity", "--config", "kimi-k2.6", "--tp", "0"], "--tp must be at least 1"),
+    (["capacity", "--config", "kimi-k2.6", "--tp", "0"], "--tp must be >= 1"),  # the CLI boundary (qverify/commands) rejects it first
     (["capacity", "--config", "kimi-k2.7"], "neither a file nor a shipped config"),
     (["capacity", "no-such-build"], "no build 'no-such-build'"),
     (["capacity", "b123", "--recipe", "fp8kv"], "--recipe applies only with --config"),

@@ -97,6 +97,7 @@ EXPECTED = {
     "fp8drafter": ("bf16", {}, "fp8"),
     "fp8kv_nvfp4shared_fp8drafter": ("fp8", {"shared_experts": "nvfp4"}, "fp8"),
     "nvfp4_all": ("bf16", _NV_ALL, "bf16"),
+    "noise_shared": ("bf16", {}, "bf16"),  # the damage dial perturbs bf16 weights in place: no bytes change
 }
 
 

@@ -54,8 +54,8 @@ def test_recipe_builds_verifies_and_records_manifest(built, recipe, tiny_model):
     assert m.kv_bytes_per_token == 3 * (512 + 64) * (1 if recipe in FP8_KV else 2)
     assert any(k.startswith("drafter/model.safetensors::") for k in m.tensor_hashes)
     assert m.total_bytes == sum(m.bytes_by_dtype.values()) > 0
-    assert m.control == (recipe in {"nvfp4_all", "fp8kv_badscale"})
-    assert bool(m.calibration) == (recipe not in ("bf16", "as_shipped"))
+    assert m.control == (recipe in {"nvfp4_all", "fp8kv_badscale", "noise_shared"})
+    assert bool(m.calibration) == (recipe not in ("bf16", "as_shipped", "noise_shared"))  # the dial adds noise, calibrates nothing
     assert not [p for p in d.parent.iterdir() if ".tmp-" in p.name]
 
 
