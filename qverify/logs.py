@@ -54,7 +54,12 @@ def route_library_logs(logs_dir: Path, verbose: bool) -> Path:
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("LLM_COMPRESSOR_LOG_LEVEL", "")  # no console sink (it would write to stdout)
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # "Creating initial MLflow database tables..."
-    os.environ.setdefault("LLM_COMPRESSOR_LOG_FILE", str(logs_dir / f"llmcompressor-{stamp}.log"))
+    # A log file an enclosing qverify process routed (inherited by the processes it spawns: a server, a
+    # `qverify` subprocess, tests) belongs to that process's workdir, so it is replaced; a user's own is kept.
+    inherited = os.environ.get("LLM_COMPRESSOR_LOG_FILE")
+    if inherited is None or inherited == os.environ.get("QVERIFY_LLMC_LOG_FILE"):
+        os.environ["LLM_COMPRESSOR_LOG_FILE"] = os.environ["QVERIFY_LLMC_LOG_FILE"] = str(
+            logs_dir / f"llmcompressor-{stamp}.log")
     os.environ.setdefault("LLM_COMPRESSOR_LOG_FILE_LEVEL", "DEBUG" if verbose else "INFO")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _configured = path

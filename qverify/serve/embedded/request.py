@@ -33,6 +33,9 @@ class GenResult:
     logprobs: list[dict[str, Any]] | None = None  # [{token, logprob, top: {tok: lp}}]
     meta_info: dict[str, Any] = field(default_factory=dict)
     prompt_logprobs: list[dict[str, Any]] | None = None
+    # every token the engine generated, the EOS or stop-string tokens that ended it included: what SGLang and vLLM
+    # report as usage.completion_tokens (token_ids is what the text decodes from, and can be empty)
+    n_generated: int = 0
 
 
 def lp_row(tok, out: list, t: int, lp: float | None, top: list[tuple[int, float]]) -> None:
@@ -65,4 +68,5 @@ def build_result(tok, r: GenRequest, tokens: list[int], finish: str | None, lps:
             alts = list(zip(top.indices[j].tolist(), top.values[j].tolist())) if top is not None else []
             lp_row(tok, plp, t, chosen[j], alts)
     return GenResult(token_ids=new, text=text, finish_reason=finish,
-                     logprobs=lps[: len(new)] if r.want_logprobs else None, meta_info=meta, prompt_logprobs=plp)
+                     logprobs=lps[: len(new)] if r.want_logprobs else None, meta_info=meta, prompt_logprobs=plp,
+                     n_generated=len(tokens))

@@ -137,8 +137,8 @@ def create_app(loaded: LoadedModel, max_batch: int = 64, threads: int = 1,
             return message, res.finish_reason
 
         def usage(res: GenResult) -> dict[str, int]:
-            return {"prompt_tokens": len(ids), "completion_tokens": len(res.token_ids),
-                    "total_tokens": len(ids) + len(res.token_ids)}
+            return {"prompt_tokens": len(ids), "completion_tokens": res.n_generated,
+                    "total_tokens": len(ids) + res.n_generated}
 
         t0 = time.perf_counter()
 
@@ -194,7 +194,7 @@ def create_app(loaded: LoadedModel, max_batch: int = 64, threads: int = 1,
             choice["logprobs"] = {"tokens": [x["token"] for x in lp_rows],
                                   "token_logprobs": [x["logprob"] for x in lp_rows],
                                   "top_logprobs": [x["top"] or None for x in lp_rows]}
-        n_out = len(res.token_ids)
+        n_out = res.n_generated
         return {"id": f"cmpl-{uuid.uuid4().hex[:12]}", "object": "text_completion", "created": int(time.time()),
                 "model": name, "choices": [choice],
                 "usage": {"prompt_tokens": len(ids), "completion_tokens": n_out, "total_tokens": len(ids) + n_out}}
