@@ -79,6 +79,13 @@ def quiet_heavy_libraries(verbose: bool) -> None:
 
     tlog.disable_default_handler()
     tlog.enable_propagation()
+    # torch's own logging (torch._logging) puts a stderr handler on "torch" and stops propagation: its warnings
+    # (e.g. torch.fx's is_fx_tracing notice during oneshot) go to the file instead
+    torch_log = logging.getLogger("torch")
+    for h in list(torch_log.handlers):
+        if type(h) is logging.StreamHandler:
+            torch_log.removeHandler(h)
+    torch_log.propagate = True
     try:  # loguru's default stderr sink (id 0) -> the file, for loguru users other than llm-compressor
         from loguru import logger
 

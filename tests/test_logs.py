@@ -25,3 +25,13 @@ def test_a_log_file_inherited_from_a_qverify_parent_is_replaced(tmp_path):
 def test_a_users_own_log_file_is_kept(tmp_path):
     mine = str(tmp_path / "mine.log")
     assert _routed(tmp_path / "child", LLM_COMPRESSOR_LOG_FILE=mine) == mine
+
+
+def test_torch_warnings_go_to_the_file_not_the_console(tmp_path):
+    code = ("import logging, sys; from pathlib import Path; import torch; "
+            "from qverify.logs import route_library_logs, quiet_heavy_libraries; "
+            "route_library_logs(Path(sys.argv[1]), False); quiet_heavy_libraries(False); "
+            "logging.getLogger('torch.fx._symbolic_trace').warning('is_fx_tracing will return true')")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert "is_fx_tracing" not in r.stderr + r.stdout
+    assert any("is_fx_tracing" in p.read_text() for p in tmp_path.glob("qverify-*.log"))
