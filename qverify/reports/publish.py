@@ -27,7 +27,8 @@ def show_upload(out: Any, res: Any) -> None:
               "run_id": res.run_id, "skipped": res.skipped, "superseded": res.superseded, "build_runs": res.build_runs,
               "registered": [vars(v) for v in res.registered], "report_dir": str(res.report_dir)})
     what = "already uploaded, skipped" if res.skipped else "uploaded"
-    out.info(f"gate {res.gate_id} ({res.verdict}) {what}: run {res.run_id} in experiment {res.experiment_id} at {res.tracking_uri}")
+    out.info(f"gate {res.gate_id} ({res.verdict}) {what}: run {res.run_id} in experiment {res.experiment_id}")
+    out.info(f"  tracking: {res.tracking_uri}")  # its own line: a URI is long, and a CI log reads lines <= 100 columns
     if res.superseded:
         out.info(f"marked {len(res.superseded)} run(s) of an earlier partial upload superseded and FAILED")
     for v in res.registered:
