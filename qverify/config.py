@@ -54,6 +54,9 @@ class QVerifyConfig(_Strict):
     replicates: int = Field(3, ge=1)
     limit: int | None = Field(None, ge=1, description="items per suite (default: each suite's default_n)")
     source: str = "synthetic"
+    seed_salt: int = Field(0, ge=0, description="salts every replicate seed: another value is an independent session "
+                                                 "(0: the historical seeds); baseline and candidate share seeds only "
+                                                 "when evaluated with the same salt")
     alpha: float = Field(0.05, gt=0, lt=1)
     error_budget: float = Field(0.02, ge=0, lt=0.5, description="max infrastructure-error rate of a complete run")
     noise_k: float | None = Field(None, ge=0, description="margin = max(tolerance, noise_k x the baseline's run-to-run "

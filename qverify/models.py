@@ -207,6 +207,7 @@ class RunManifest(Strict):
     sandbox: Literal["bwrap", "unsandboxed"] | None = Field(
         None, description="where model code ran (suites that execute it); the gate never compares the two")
     perf: dict[str, float] = Field(default_factory=dict, description="ttft, decode tok/s, accept length")
+    seed_salt: int = Field(0, description="replicate seeds' salt (0: the historical seeds; manifests without it had 0)")
     started: str = Field(default_factory=utcnow)
     finished: str | None = None
 
@@ -249,6 +250,8 @@ class CandidateReport(Strict):
     metrics: list[MetricResult] = Field(default_factory=list)
     perf: dict[str, float] = Field(default_factory=dict)
     integrity: list[str] = Field(default_factory=list, description="why the gate refused to pass (empty: runs are comparable)")
+    seed_salts: dict[str, list[int]] = Field(default_factory=dict, description="the runs' seed salts per side; "
+                                             "equal salts: replicate k shares its seed across builds (common random numbers)")
 
 
 class GateReport(Strict):

@@ -42,6 +42,7 @@ class EvalSpec:
     read_timeout_s: float | None = None
     item_timeout_s: float | None = None
     allow_unsandboxed: bool = False
+    seed_salt: int = 0  # replicate seeds' salt (qverify.evals.runner.replicate_seed)
 
     @classmethod
     def from_config(cls, cfg: QVerifyConfig | None = None, **overrides: Any) -> EvalSpec:
@@ -51,7 +52,7 @@ class EvalSpec:
                    concurrency=cfg.serving.concurrency, error_budget=cfg.error_budget, limit=cfg.limit,
                    port=cfg.serving.port, connect_timeout_s=cfg.client.connect_timeout_s,
                    read_timeout_s=cfg.client.read_timeout_s, item_timeout_s=cfg.client.item_timeout_s,
-                   allow_unsandboxed=cfg.allow_unsandboxed)
+                   allow_unsandboxed=cfg.allow_unsandboxed, seed_salt=cfg.seed_salt)
         return spec.override(**overrides)
 
     def override(self, **overrides: Any) -> EvalSpec:
@@ -117,7 +118,7 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, spec: 
                     error_budget=spec.error_budget, split=split, source=spec.source, fresh=spec.fresh,
                     timeouts=timeouts_for(spec.serving.backend if spec.serving else "local", spec.connect_timeout_s,
                                           spec.read_timeout_s, spec.item_timeout_s),
-                    allow_unsandboxed=spec.allow_unsandboxed, grow=spec.grow)
+                    allow_unsandboxed=spec.allow_unsandboxed, grow=spec.grow, seed_salt=spec.seed_salt)
     plan.check_existing()
     return plan
 

@@ -47,3 +47,6 @@ Count = in_range(ge=1, fix=POSITIVE_INT_FIX)
 Seconds = in_range(gt=0, fix="pass a number of seconds above 0")
 Port = in_range(ge=1, le=65535, fix="pass a port between 1 and 65535, or omit it to pick a free one")
 ErrorBudget = in_range(ge=0, lt=0.5, fix="pass a rate such as 0.02 (2%); at 0.5 or more half the results could be errors")
+SeedSalt = in_range(ge=0, fix="pass a whole number of 0 or more (0: the historical seeds)")
+SEED_SALT_HELP = ("salt for every replicate seed: another value is an independent session (default 0, the historical "
+                  "seeds); a stored run resumes or grows only with its own salt")

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import ConfigOpt, state
+from qverify.commands._common import SEED_SALT_HELP, ConfigOpt, SeedSalt, state
 
 
 def _check_budget(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
@@ -37,6 +37,8 @@ def gate_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="print the GateReport as JSON")] = False,
     budget: Annotated[str | None, typer.Option("--budget", callback=_check_budget, help="gate in rounds within this budget: a time (10m, 90s) "
                                                             "or a request count; stops when decided, resumes")] = None,
+    seed_salt: Annotated[int | None, typer.Option("--seed-salt", callback=SeedSalt, help=SEED_SALT_HELP + " (for the runs "
+                                                  "this gate evaluates)")] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="skip the MLflow upload and review report")] = False,
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: sqlite in the workdir)")] = None,
 ) -> None:
@@ -50,6 +52,8 @@ def gate_cmd(
     if json_out:
         s.out.json_mode = True
     cfg = load_config(Path(config) if config else None)
+    if seed_salt is not None:
+        cfg = cfg.model_copy(update={"seed_salt": seed_salt})
     names = [x.strip() for x in suites.split(",") if x.strip()] if suites else None
     if baseline and candidate:
         if recipe:

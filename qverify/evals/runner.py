@@ -1,7 +1,7 @@
 """`qverify eval`: one server session per build, every suite × replicate, every item result stored.
 
-Replicate r of item i is sampled with seed f(item id, r), so baseline and candidate pair
-exactly; requests go out concurrently so batch composition varies as in production.
+Replicate r of item i is sampled with seed f(item id, r, salt), so baseline and candidate evaluated
+with the same seed salt (default 0) pair exactly; requests go out concurrently so batch composition varies as in production.
 Requests are ordered item-major (all replicates of a prompt adjacent) so a server's
 prefix cache is reused. Rerunning after a crash continues where it stopped.
 """
@@ -25,8 +25,12 @@ from qverify.models import BuildManifest, Endpoint, Item, ItemResult, RunManifes
 from qverify.suites.base import Suite, item_set_hash
 
 
-def replicate_seed(item_id: str, replicate: int) -> int:
-    return int(hashlib.sha256(f"{item_id}:{replicate}".encode()).hexdigest()[:8], 16)
+def replicate_seed(item_id: str, replicate: int, salt: int = 0) -> int:
+    """The sampling seed of (item, replicate). Salt 0 is the historical key, so runs made before the salt
+    existed keep their seeds and stay comparable; another salt gives every (item, replicate) fresh seeds,
+    i.e. an independent session (the calibration benchmark's unit) that is still paired within itself."""
+    key = f"{item_id}:{replicate}" if salt == 0 else f"{item_id}:{replicate}:salt{salt}"
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
 
 
 @dataclass
@@ -71,6 +75,7 @@ class EvalPlan:
     timeouts: Timeouts | None = None  # None: the client's defaults for the embedded server
     allow_unsandboxed: bool = False
     sandbox: str | None = None  # where model code runs: "bwrap" | "unsandboxed" (set before suites that run it)
+    seed_salt: int = 0  # replicate_seed's salt: 0 = the historical seeds; recorded in each run manifest
     summaries: list[SuiteSummary] = field(default_factory=list)
 
     def store(self, suite: str) -> RunStore:
@@ -93,8 +98,12 @@ class EvalPlan:
             m = self.store(s.name).read_manifest()
             if m is None:
                 continue
+            if m.seed_salt != self.seed_salt and not self.fresh:
+                # one run is one seed sequence: resuming or growing it under another salt would mix two sessions
+                raise BadInput(f"runs/{self.build_id}/{s.name} was sampled with seed salt {m.seed_salt}, not {self.seed_salt}",
+                               fix=f"pass --seed-salt {m.seed_salt} to resume or grow it, or --fresh to start it over")
             same = (m.suite_version == s.version and m.item_set_hash == item_set_hash(self.items[s.name])
-                    and m.sampling == s.sampling)
+                    and m.sampling == s.sampling and m.seed_salt == self.seed_salt)
             if not same and self.grow and m.suite_version == s.version and m.sampling == s.sampling:
                 # the sequential gate's next round: more items of the same suite; every result already
                 # stored must be for an item of the new, larger set (the generators extend, never reshuffle)
@@ -117,8 +126,8 @@ async def _server_gone(alive) -> bool:
     return not alive()
 
 
-async def _one(client: Client, suite: Suite, item: Item, r: int) -> ItemResult:
-    seed = replicate_seed(item.id, r)
+async def _one(client: Client, suite: Suite, item: Item, r: int, salt: int = 0) -> ItemResult:
+    seed = replicate_seed(item.id, r, salt)
     body = suite.request(item)
     body["seed"] = seed
     body["return_meta_info"] = True  # SGLang: per-request spec_accept_length; ignored elsewhere
@@ -135,7 +144,7 @@ async def _one(client: Client, suite: Suite, item: Item, r: int) -> ItemResult:
     return ir
 
 
-async def perf_probe(client: Client, suite: Suite, items: list[Item], n: int) -> dict[str, float]:
+async def perf_probe(client: Client, suite: Suite, items: list[Item], n: int, salt: int = 0) -> dict[str, float]:
     """TTFT and decode speed from `n` streamed requests sent one at a time (an unloaded server).
 
     Separate from the scored requests on purpose: streaming changes how a response is
@@ -145,7 +154,7 @@ async def perf_probe(client: Client, suite: Suite, items: list[Item], n: int) ->
     timings: list[StreamTiming] = []
     for it in chats:
         body = suite.request(it)
-        body["seed"] = replicate_seed(it.id, 0)
+        body["seed"] = replicate_seed(it.id, 0, salt)
         timings.append(await stream_chat(client, body))
     ttft = sorted(t.ttft_s for t in timings if t.error is None and t.ttft_s is not None)
     dec = [d for t in timings if t.error is None and (d := t.decode_tok_s) is not None]
@@ -172,7 +181,7 @@ async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str]
                                 replicates=plan.replicates, split=plan.split, source=plan.source, sampling=suite.sampling,
                                 serving=plan.serving, server_command=server_command, server_info=server_info,
                                 versions=versions or {}, error_budget=plan.error_budget,
-                                sandbox=plan.sandbox if suite.runs_model_code else None)
+                                sandbox=plan.sandbox if suite.runs_model_code else None, seed_salt=plan.seed_salt)
                 old = st.read_manifest()
                 if old is not None:
                     m.started = old.started
@@ -186,7 +195,7 @@ async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str]
                                      completed=len(plan.items[suite.name]) * plan.replicates - len(todo))
                 writers = {r: st.writer(r).__enter__() for r in range(plan.replicates)}
                 try:
-                    for coro in asyncio.as_completed([_one(client, suite, it, r) for it, r in todo]):
+                    for coro in asyncio.as_completed([_one(client, suite, it, r, plan.seed_salt) for it, r in todo]):
                         ir = await coro
                         writers[ir.replicate].append(ir)
                         prog.advance(task)
@@ -198,7 +207,7 @@ async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str]
                         w.__exit__(None, None, None)
                 # timing a server that answered nothing in this suite would only add timeouts
                 answered = any(r.error is None for rs in st.all_results().values() for r in rs)
-                probe = (await perf_probe(client, suite, plan.items[suite.name], plan.perf_probes)
+                probe = (await perf_probe(client, suite, plan.items[suite.name], plan.perf_probes, plan.seed_salt)
                          if plan.perf_probes and answered else {})
                 plan.summaries.append(finalize(st, suite, m, probe))
     finally:

@@ -34,7 +34,27 @@ def gate_candidate(build_id: str, recipe: str, base_runs: dict[str, RunData], ca
     verdict, reasons = build_verdict(decisions, [f"refused: {r}" for r in integrity or []])
     perf = {f"{s}/{k}": v for s, r in cand_runs.items() if r.manifest for k, v in r.manifest.perf.items()}
     return CandidateReport(build_id=build_id, recipe=recipe, verdict=verdict, reasons=reasons, metrics=metrics,
-                           perf=perf, integrity=list(integrity or []))
+                           perf=perf, integrity=list(integrity or []), seed_salts=seed_salts(base_runs, cand_runs))
+
+
+def seed_salts(base_runs: dict[str, RunData], cand_runs: dict[str, RunData]) -> dict[str, list[int]]:
+    """Each side's seed salts. Runs of differing salts are gated, not refused: the salt only decides
+    whether replicate k shares its seed across the builds (common random numbers). The paired design
+    does not rely on that coupling: d_i is a per-item difference of replicate means, its variance is
+    estimated from the d_i themselves (design.py), and distances never use same-seed pairs anyway.
+    Without the coupling the same estimator is still unbiased, only wider. So the report shows it
+    instead (render.py), and the gate id changes with it (the salt is in every run manifest)."""
+
+    def salts(runs: dict[str, RunData]) -> list[int]:
+        return sorted({r.manifest.seed_salt for r in runs.values() if r.manifest is not None})
+
+    return {"baseline": salts(base_runs), "candidate": salts(cand_runs)}
+
+
+def shares_seeds(c: CandidateReport) -> bool:
+    """Baseline and candidate sampled with one common salt (or salts unknown: an old report)."""
+    b, k = c.seed_salts.get("baseline", []), c.seed_salts.get("candidate", [])
+    return not b or not k or (len(b) == 1 and b == k)
 
 
 def run_gate(workdir: Workdir | Path | str, baseline: str, candidates: list[str], suites: list[str] | None = None,

@@ -10,6 +10,7 @@ import textwrap
 from rich.console import Console
 from rich.table import Table
 
+from qverify.gate.gate import shares_seeds
 from qverify.models import CandidateReport, GateReport, MetricResult
 
 STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow"}
@@ -49,6 +50,14 @@ def candidate_table(c: CandidateReport, baseline: str) -> Table:
     return t
 
 
+def seed_note(c: CandidateReport) -> str | None:
+    """A line when the two sides were sampled with different seed salts (gated all the same: gate.seed_salts)."""
+    if shares_seeds(c):
+        return None
+    return (f"seed salts differ (baseline {c.seed_salts['baseline']}, candidate {c.seed_salts['candidate']}): no "
+            "shared seeds between the builds; the paired bounds hold but are wider than with one salt")
+
+
 TABLE_MIN_WIDTH = 120  # the table's 11 columns fold into unreadable slivers below this
 LOG_WIDTH = 100
 
@@ -82,6 +91,8 @@ def compact_lines(report: GateReport, width: int = LOG_WIDTH) -> list[str]:
             out.append(line if len(line) <= width else f"{m.metric}\n    {_metric_line(m, 0)[len(m.metric):].strip()}")
         if len(c.metrics) > len(gated):
             out.append(f"  ({len(c.metrics) - len(gated)} informational metrics: see gate.json / the report)")
+        if note := seed_note(c):
+            wrap(note, "  note: ", "    ")
         for r in c.integrity:
             wrap(r, "  refused: ", "    ")
         if c.verdict != "PASS":
@@ -99,6 +110,8 @@ def render_compact(report: GateReport, console: Console, width: int = LOG_WIDTH)
 def render_table(report: GateReport, console: Console) -> None:
     for c in report.candidates:
         console.print(candidate_table(c, report.baseline_recipe))
+        if note := seed_note(c):
+            console.print(f"[dim]note:[/] {note}", highlight=False)
         for r in c.integrity:
             console.print(f"[red]refused:[/] {r}", highlight=False)
         if c.verdict != "PASS":

@@ -51,8 +51,9 @@ class Corruption(_Strict):
 
     kv_scale_factor: float | None = Field(None, gt=0, lt=1, description="multiply saved k/v scales by this (clips K/V)")
     shared_expert_noise: float | None = Field(
-        None, gt=0, le=10, description="the damage dial: add Gaussian noise of this scale, relative to each weight "
-                                       "matrix's RMS, to every shared-expert weight (docs/gate.md, 'Damage dial')")
+        None, ge=0, le=10, description="the damage dial: add Gaussian noise of this scale, relative to each weight "
+                                       "matrix's RMS, to every shared-expert weight (docs/gate.md, 'Damage dial'); "
+                                       "0: the same weights under another build id (an A/A control)")
     seed: int = Field(0, ge=0, description="seed of the shared-expert noise (a different seed: another build of the same size)")
 
     @model_validator(mode="after")
