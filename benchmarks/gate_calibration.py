@@ -1,5 +1,10 @@
 """The gate's own error rates, beside the anchors' rules, on the same trials.
 
+Rates over independent REAL server sessions (separate launches, each with its own seed salt) are
+benchmarks/gate_sessions.py. This script's real mode re-splits the replicates of stored runs: its
+trials share one server session per build, so they are not independent and say little about error
+rates (kept for the simulate mode, which gate_efficiency.py imports).
+
 Real mode (needs runs with many replicates, e.g. `qverify eval BUILD --replicates 12`):
     python benchmarks/gate_calibration.py --workdir .qverify --baseline bf16 --rebuild bf16 \\
         --lossy nvfp4_all --lossy fp8kv_badscale
