@@ -54,3 +54,21 @@ def test_old_manifests_without_a_salt_read_as_salt_0(tmp_path):
     del raw["seed_salt"]
     path.write_text(json.dumps(raw))
     assert RunStore(path.parent).read_manifest().seed_salt == 0
+
+
+def test_gate_seed_salt_flag_is_checked_at_the_boundary(tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(tmp_path), "gate", "--recipe", "bf16",
+                        "--seed-salt", "-2"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 4 and "--seed-salt must be >= 0" in r.stdout + r.stderr
+
+
+def test_config_salt_reaches_the_eval_spec_and_flags_override_it():
+    from qverify.config import QVerifyConfig
+    from qverify.pipeline import EvalSpec
+
+    assert EvalSpec.from_config(QVerifyConfig()).seed_salt == 0
+    assert EvalSpec.from_config(QVerifyConfig(seed_salt=5)).seed_salt == 5  # `gate --seed-salt` sets the config's
+    assert EvalSpec.from_config(QVerifyConfig(seed_salt=5), seed_salt=2).seed_salt == 2  # `eval --seed-salt`
