@@ -94,11 +94,11 @@ def evaluate(wd, build_id: str, limits: dict[str, int], reps: int, salt: int) ->
     from qverify.suites.sandbox import require_sandbox
 
     build_dir, manifest = wd.resolve_build(build_id)
-    spec = EvalSpec.from_config(None, suites=list(limits), limit=max(limits.values()), replicates=reps,
-                                seed_salt=salt, grow=True)  # grow: a stored run of fewer items is not refused
-    plan = make_plan(wd, build_dir, manifest, spec)
-    plan.items = {s: items[: limits[s]] for s, items in plan.items.items()}
-    plan.check_existing()
+    spec = EvalSpec.from_config(None, replicates=reps, seed_salt=salt)
+    plans = [make_plan(wd, build_dir, manifest, spec.override(suites=[s], limit=n)) for s, n in limits.items()]
+    plan = plans[0]  # one plan over every suite, each with its own items (kld's corpus caps its own count)
+    plan.suites = [p.suites[0] for p in plans]
+    plan.items = {p.suites[0].name: p.items[p.suites[0].name] for p in plans}
     plan.perf_probes = 0
     if not any(plan.pending().values()) and all((m := plan.store(s).read_manifest()) and m.finished for s in limits):
         return
