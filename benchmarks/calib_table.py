@@ -39,6 +39,10 @@ def _ref(ref: dict, point: str, metric: str) -> str:
     return f"{m['delta']:+.4f}{se}"
 
 
+def _order(point: str) -> tuple[bool, float, str]:
+    return (not point.startswith("A/A"), float(point.split("=")[1]) if "=" in point else 0.0, point)
+
+
 def summary(out: Path) -> str:
     res = out / "results"
     sessions = [json.loads(p.read_text()) for p in sorted(res.glob("s*.json"))]
@@ -47,13 +51,15 @@ def summary(out: Path) -> str:
     if not sessions:
         return "no finished sessions yet"
     lim, reps = sessions[0]["limits"], sessions[0]["replicates"]
-    points = sorted({p for s in sessions for p in s["points"]}, key=lambda p: (not p.startswith("A/A"), p))
-    lines = [f"gate over independent real sessions: {len(sessions)} sessions; per session {reps} replicates of "
-             + ", ".join(f"{k} {v} items" for k, v in lim.items())
-             + (f"; reference run: {ref['replicates']} replicates of "
-                + ", ".join(f"{k} {v}" for k, v in ref["limits"].items()) if ref else "; no reference run yet"), "",
-             "| point | sessions | true Δ exact_call (ref ± SE) | KL excess (ref ± SE) | build PASS | build FAIL | "
-             "build INCONCLUSIVE | exact_call PASS | exact_call FAIL | sim exact_call PASS / FAIL | session Δ exact_call: mean (sd) |",
+    points = sorted({p for s in sessions for p in s["points"]}, key=_order)
+    head = (f"gate over independent real sessions: {len(sessions)} sessions; per session {reps} replicates of "
+            + ", ".join(f"{k} {v} items" for k, v in lim.items())
+            + (f"; reference run: {ref['replicates']} replicates of " + ", ".join(f"{k} {v}" for k, v in ref["limits"].items())
+               if ref else "; no reference run yet"))
+    lines = [head, "",
+             ("| point | sessions | true Δ exact_call (ref ± SE) | KL excess (ref ± SE) | build PASS | build FAIL | "
+              "build INCONCLUSIVE | exact_call PASS | exact_call FAIL | sim exact_call PASS / FAIL | "
+              "session Δ exact_call: mean (sd) |"),
              "|" + "---|" * 11]
     for p in points:
         rows = [s["points"][p] for s in sessions if p in s["points"]]

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import SEED_SALT_HELP, ConfigOpt, Count, ErrorBudget, Port, SeedSalt, Seconds, state
+from qverify.commands._common import SEED_SALT_HELP, ConfigOpt, Count, ErrorBudget, Port, Seconds, SeedSalt, state
 
 
 def eval_cmd(

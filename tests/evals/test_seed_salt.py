@@ -67,9 +67,9 @@ def test_cli_seed_salt_is_checked_and_a_mismatch_exits_4_with_the_fix(bf16_build
     _eval(wd, bf16_build.build_dir, seed_salt=3)
     base = [sys.executable, "-m", "qverify", "--workdir", str(wd.root), "eval", str(bf16_build.build_dir),
             "--suites", "toolcall", "--replicates", str(REPS), "--limit", str(LIMIT)]
-    bad = subprocess.run([*base, "--seed-salt", "-1"], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run([*base, "--seed-salt", "-1"], check=False, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 4 and "--seed-salt must be >= 0" in bad.stderr + bad.stdout
-    other = subprocess.run([*base, "--seed-salt", "5"], capture_output=True, text=True, timeout=60)
+    other = subprocess.run([*base, "--seed-salt", "5"], check=False, capture_output=True, text=True, timeout=60)
     assert other.returncode == 4 and "--seed-salt 3" in other.stderr + other.stdout
-    same = subprocess.run([*base, "--seed-salt", "3"], capture_output=True, text=True, timeout=120)
+    same = subprocess.run([*base, "--seed-salt", "3"], check=False, capture_output=True, text=True, timeout=120)
     assert same.returncode == 0, same.stderr  # complete under its own salt: a no-op
