@@ -4,6 +4,7 @@ reference run's true Delta and the simulated rule's prediction at that Delta, fr
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,13 @@ def predicted(delta: float, n: int, k: int, coupling: float, trials: int = 4000)
 
     r = fixed(Point(delta=min(delta, 0.0), n=n, k=k, coupling=coupling), trials, np.random.default_rng(0))
     return r["PASS"], r["FAIL"]
+
+
+def sim_cell(d: float | None, n: int, k: int, couplings: tuple[float, ...]) -> str:
+    """Predicted P(PASS) / P(FAIL), per coupling (the share of a replicate's draws the two builds share)."""
+    if d is None:
+        return "–"
+    return "; ".join("c{:g}: {:.2f} / {:.2f}".format(c, *predicted(d, n, k, c)) for c in couplings)
 
 
 def _ref(ref: dict, point: str, metric: str) -> str:
@@ -58,9 +66,9 @@ def summary(out: Path) -> str:
                if ref else "; no reference run yet"))
     lines = [head, "",
              ("| point | sessions | true Δ exact_call (ref ± SE) | KL excess (ref ± SE) | build PASS | build FAIL | "
-              "build INCONCLUSIVE | exact_call PASS | exact_call FAIL | sim exact_call PASS / FAIL | "
-              "session Δ exact_call: mean (sd) |"),
-             "|" + "---|" * 11]
+              "build INCONCLUSIVE | exact_call PASS | exact_call FAIL | sim exact_call PASS / FAIL at ref Δ (coupling c) | "
+              "session Δ exact_call: mean (sd) | sim at that mean |"),
+             "|" + "---|" * 12]
     for p in points:
         rows = [s["points"][p] for s in sessions if p in s["points"]]
         n = len(rows)
@@ -72,14 +80,13 @@ def summary(out: Path) -> str:
             true_d = 0.0
         else:
             true_d = (((ref.get("points") or {}).get(p) or {}).get("metrics") or {}).get(SIM_METRIC, {}).get("delta")
-        sim = "–"
-        if true_d is not None:
-            sp, sf = predicted(true_d, lim.get("toolcall", 200), reps, 0.0 if p == "A/A uncoupled" else 1.0)
-            sim = f"{sp:.2f} / {sf:.2f}"
+        couplings = (0.0,) if p == "A/A uncoupled" else (1.0,) if p == "A/A same salt" else (0.0, 1.0)
+        sim = partial(sim_cell, n=lim.get("toolcall", 200), k=reps, couplings=couplings)
         mean_d = f"{np.mean(deltas):+.4f} (sd {np.std(deltas, ddof=1):.4f})" if len(deltas) > 1 else "–"
+        sim_mean = sim(float(np.mean(deltas))) if len(deltas) > 1 else "–"
         lines.append(f"| {p} | {n} | {_ref(ref, p, SIM_METRIC)} | {_ref(ref, p, 'kld/kld')} | {wilson(cnt['PASS'], n)} | {wilson(cnt['FAIL'], n)} | "
                      f"{wilson(cnt['INCONCLUSIVE'], n)} | {wilson(t_cnt['PASS'], n)} | {wilson(t_cnt['FAIL'], n)} | "
-                     f"{sim} | {mean_d} |")
+                     f"{sim(true_d)} | {mean_d} | {sim_mean} |")
     causes: dict[str, dict[str, int]] = {}
     for s in sessions:
         for p, r in s["points"].items():
