@@ -58,7 +58,7 @@ def _key(suite: str) -> str:
 
 
 def _gate(wd: Path, base: str, cand: str):
-    return lambda suites, level: run_gate(wd, base, [cand], suites, QVerifyConfig(alpha=level), write=False)
+    return lambda suites, look: run_gate(wd, base, [cand], suites, QVerifyConfig(alpha=0.05), write=False, look=look)
 
 
 def test_parse_budget():
@@ -75,7 +75,7 @@ def test_a_clear_regression_fails_at_the_first_look_and_stops(tmp_path):
     plan = make_plan(["coding"], {"coding": 200}, K, 2, 0.05, "12000")
     rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["bad"], plan, ev, _gate(tmp_path, "base", "bad"))
     assert plan.looks == 10 and len(looks) == 1 and rep.verdict == "FAIL"
-    assert looks[0].requests == 2 * K * 200 and looks[0].level == pytest.approx(0.05 * 0.1 ** 2)
+    assert looks[0].requests == 2 * K * 200 and looks[0].level == pytest.approx(plan.levels()[0])
 
 
 def test_undecided_suites_get_the_next_round_decided_ones_stop(tmp_path):
