@@ -1,8 +1,8 @@
 """The verdict rule: three-way, with stated error rates, per metric and per build.
 
 Orient every metric so that higher is better (a lower-is-better metric's d is negated) and
-let L, U be the one-sided (1 - alpha) bounds of Delta (qverify.gate.bounds, or a confidence
-sequence under sequential looks, qverify.gate.sequential). With margin tol > 0:
+let L, U be the one-sided (1 - alpha) bounds of Delta (qverify.gate.bounds; at a look of the
+sequential gate, alpha is that look's group-sequential level, qverify.gate.boundaries). With margin tol > 0:
 
   PASS          L > -tol                     non-inferiority shown at level alpha
   FAIL          Holm-adjusted p_fail <= alpha, p_fail testing H0: Delta >= -tol
