@@ -12,7 +12,13 @@ item's p scaled down) or concentrated (a random share of items always wrong). An
 replicate 0 (one run per build, as they are used): recovery = round(c/b, 2) >= 0.95
 (llm-compressor), |c - b| <= 0.08 b (vLLM rtol), c >= b - 1 point (one run, one threshold),
 trigger-F1 of candidate run 1 vs baseline run 0 >= min F1 between baseline runs - 0.03 (K2VV).
-Every rate is the share of `trials` independent simulated trials; vectorised numpy, one core.
+
+Sequential vs fixed: the budgeted gate's looks at group-sequential levels (qverify.gate.boundaries),
+first for one metric, then for whole gates of GATE_SUITES (a noisy, a stable, a ceiling suite and
+a KL distance, one gated metric each) at several true states, against the fixed design that gives
+every suite the one n the whole gate needs (as `qverify gate --limit n`): P(PASS), P(FAIL) and the
+median requests per gate. Every rate is the share of `trials` independent simulated trials (or
+gates); vectorised numpy, one core.
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from qverify.gate.bounds import paired_bounds
 from qverify.gate.boundaries import SPEND_GAMMA, nominal_levels
+from qverify.gate.bounds import paired_bounds
 from qverify.gate.sequential import look_sizes
 
 TOL, ALPHA = 0.03, 0.05

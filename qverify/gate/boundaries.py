@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
-from scipy import optimize, stats as sps
+from scipy import optimize
+from scipy import stats as sps
 
 # Hwang, Shih & DeCani (1990) spending f(t) = alpha (1 - e^{-g t}) / (1 - e^{-g}): g = 1 is Pocock-like
 # (spends early), g = -4 O'Brien-Fleming-like (keeps alpha for the last look). The gate's value was chosen
@@ -48,6 +49,13 @@ def spending(t: np.ndarray | float, alpha: float, gamma: float = SPEND_GAMMA) ->
     return alpha * np.expm1(-gamma * t) / math.expm1(-gamma)
 
 
+def _cross(c: float, t: float, step: float, grid: np.ndarray | None, dens: np.ndarray | None, h: float) -> float:
+    """P(S crosses c sqrt(t) at this look and not before), from the sub-density carried on the grid."""
+    if grid is None:
+        return float(sps.norm.sf(c))
+    return float(np.sum(dens * sps.norm.sf((c * math.sqrt(t) - grid) / step)) * h)
+
+
 def _looks(fractions, crit_or_increments, solve: bool) -> list[float]:
     """Walk the looks carrying the sub-density of S on the continuation region (-inf, c_j sqrt(t_j)).
 
@@ -59,20 +67,15 @@ def _looks(fractions, crit_or_increments, solve: bool) -> list[float]:
     h = t_prev = 0.0
     for t, v in zip(fractions, crit_or_increments):
         step = math.sqrt(t - t_prev)
-
-        def cross(c: float) -> float:
-            if grid is None:
-                return float(sps.norm.sf(c))
-            return float(np.sum(dens * sps.norm.sf((c * math.sqrt(t) - grid) / step)) * h)
-
+        args = (t, step, grid, dens, h)
         if not solve:
             c = v
-            out.append(cross(c))
+            out.append(_cross(c, *args))
         else:
-            c = math.inf if v <= 0 else optimize.brentq(lambda z: cross(z) - v, -1.0, 40.0, xtol=1e-9)
+            c = math.inf if v <= 0 else optimize.brentq(lambda z, a=args, v=v: _cross(z, *a) - v, -1.0, 40.0, xtol=1e-9)
             out.append(c)
         lo, b = -8.0 * math.sqrt(t), min(c, 10.0) * math.sqrt(t)
-        cells = max(int(math.ceil((b - lo) / _GRID)), 2)
+        cells = max(math.ceil((b - lo) / _GRID), 2)
         x = lo + (np.arange(cells) + 0.5) * ((b - lo) / cells)  # midpoints of the continuation region
         if grid is None:
             dens = sps.norm.pdf(x / step) / step
@@ -101,10 +104,13 @@ def constant_boundary(looks: int, alpha: float, shape: str = "pocock") -> list[f
     """Pocock (c_j = C) or O'Brien-Fleming (c_j = C sqrt(J/j)) boundaries for J equally spaced looks at
     one-sided level alpha: the published constants' definition (Jennison & Turnbull 2000, tables 2.1, 2.3)."""
     fr = [(j + 1) / looks for j in range(looks)]
-    shape_of = (lambda j: 1.0) if shape == "pocock" else (lambda j: math.sqrt(looks / (j + 1)))
-    size = lambda c: sum(crossing_probabilities(fr, [c * shape_of(j) for j in range(looks)])) - alpha  # noqa: E731
+    scale = [1.0 if shape == "pocock" else math.sqrt(looks / (j + 1)) for j in range(looks)]
+
+    def size(c: float) -> float:
+        return sum(crossing_probabilities(fr, [c * s for s in scale])) - alpha
+
     c = optimize.brentq(size, 0.5, 8.0, xtol=1e-7)
-    return [c * shape_of(j) for j in range(looks)]
+    return [c * s for s in scale]
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from qverify.errors import BadInput
 from qverify.gate.boundaries import SPEND_GAMMA, LookLevels, nominal_levels

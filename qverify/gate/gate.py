@@ -24,7 +24,6 @@ from qverify.models import CandidateReport, GateReport, content_hash
 from qverify.workdir import Workdir
 
 
-
 def gate_candidate(build_id: str, recipe: str, base_runs: dict[str, RunData], cand_runs: dict[str, RunData],
                    rules: dict[str, MetricRule], alpha: float = 0.05, noise_k: float | None = None,
                    integrity: list[str] | None = None, look: LookLevels | None = None) -> CandidateReport:

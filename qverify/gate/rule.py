@@ -20,8 +20,9 @@ margin to max(tolerance, noise_k * run-to-run SD), a documented option.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import numpy as np
 

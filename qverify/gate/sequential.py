@@ -25,6 +25,7 @@ import numpy as np
 
 from qverify.gate.bounds import CLT_MIN_DISCORDANT, Bounds, _exact, _exact_p
 
+
 def rho_for(n_star: float, alpha: float) -> float:
     """rho that makes the sequence tightest at n* items (Waudby-Smith et al. 2021, eq. (13))."""
     la = -2 * math.log(alpha)

@@ -9,6 +9,8 @@ C_B(2) = 1.977, C_B(5) = 2.040. A one-sided test at 0.025 has the same constants
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from scipy import stats as sps
@@ -50,5 +52,5 @@ def test_fail_levels_shrink_with_the_family():
     at = LookLevels(tuple(float(j) for j in range(1, 9)), 3, 0.05)
     assert at.fail_level(1) == pytest.approx(at.pass_level)
     levels = [at.fail_level(k) for k in (1, 2, 4, 16)]
-    assert all(a > b for a, b in zip(levels, levels[1:]))
+    assert all(a > b for a, b in itertools.pairwise(levels))
     assert levels[2] == pytest.approx(nominal_levels(at.fractions, 0.05 / 4)[2])
