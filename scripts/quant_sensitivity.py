@@ -151,7 +151,7 @@ def main() -> int:
     from qverify.reference.model_card import sensitivity_table
 
     data = measure(args.workdir, recipes)
-    data["note"] = (f"`qverify eval` on the test split at each suite's gating sampling, by `scripts/quant_sensitivity.py`; "
+    data["note"] = ("`qverify eval` on the test split at each suite's gating sampling, by `scripts/quant_sensitivity.py`; "
                     "each cell: mean over replicates (range over replicates) [replicates × items]; gate: `qverify gate` "
                     "against bf16 at the default tolerances."
                     + (f" Builds calibrated on {args.calib_samples} samples." if args.calib_samples else "")

@@ -41,7 +41,7 @@ def measure(target, draft, tok, n: int = 20, split: str = "test", temperature: f
     for suite in suites_for(tok, lengths=(128, 256, 512, 1024)):  # the suite's served default lengths
         prompts, mt = _prompts(tok, suite, split, n), suite.sampling.max_tokens
 
-        def run(drafter, temp):
+        def run(drafter, temp, prompts=prompts, mt=mt):
             reqs = [GenRequest(p, mt, temperature=temp, seed=i) for i, p in enumerate(prompts)]
             return Engine(target, tok, drafter, max_batch=16, spec_tokens=SPEC_TOKENS).generate(reqs)
 
