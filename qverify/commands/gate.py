@@ -50,6 +50,7 @@ def gate_cmd(
     if json_out:
         s.out.json_mode = True
     cfg = load_config(Path(config) if config else None)
+    budget = budget or cfg.budget  # the config's is validated when it is read, before any build
     names = [x.strip() for x in suites.split(",") if x.strip()] if suites else None
     if baseline and candidate:
         if recipe:

@@ -12,7 +12,8 @@ decided metric keeps its verdict; a suite gets no more requests once its gated m
 decided for every candidate that has not FAILed (one FAIL decides a build).
 
 J, the planned looks, is fixed before the first round (a request budget buys J rounds;
-a time budget plans MAX_LOOKS and stops early when the next round would not fit, leaving
+a time budget plans `looks` (qverify.toml, default
+MAX_LOOKS) and stops early when the next round would not fit, leaving
 its alpha unspent). A finite source that runs out at look j is looked at with fewer items
 than planned: its look statistics are then more correlated than planned, which by Slepian's
 inequality only lowers the chance of crossing (conservative). The plan and every look are kept
@@ -74,10 +75,12 @@ class Plan:
 
 
 def make_plan(suites: list[str], first: dict[str, int], replicates: int, n_builds: int, alpha: float,
-              budget: str) -> Plan:
+              budget: str, time_looks: int = MAX_LOOKS) -> Plan:
+    """A request budget buys J = budget // (requests of a full round) looks; a time budget plans
+    `time_looks` (qverify.toml `looks`) and stops when the next round would not fit."""
     requests, seconds = parse_budget(budget)
     per_round = n_builds * replicates * sum(first.values())
-    looks = MAX_LOOKS if requests is None else max(1, min(MAX_LOOKS * 4, requests // per_round))
+    looks = time_looks if requests is None else max(1, min(MAX_LOOKS * 4, requests // per_round))
     return Plan(suites, first, looks, replicates, alpha, requests, seconds)
 
 

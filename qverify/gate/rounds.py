@@ -18,7 +18,7 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
     from qverify.suites import get_suite
 
     first = {s: cfg.limit or get_suite(s).default_n for s in suites}
-    plan = make_plan(suites, first, cfg.replicates, 1 + len(candidates), cfg.alpha, budget)
+    plan = make_plan(suites, first, cfg.replicates, 1 + len(candidates), cfg.alpha, budget, cfg.looks)
     sv = cfg.serving
     serving = resolve_profile(sv.backend, sv.profile, sv.endpoint, sv.api_key_env)
 

@@ -61,6 +61,13 @@ def _gate(wd: Path, base: str, cand: str):
     return lambda suites, look: run_gate(wd, base, [cand], suites, QVerifyConfig(alpha=0.05), write=False, look=look)
 
 
+def test_a_time_budget_plans_the_configured_looks_a_request_budget_buys_its_own():
+    assert make_plan(["coding"], {"coding": 200}, 3, 2, 0.05, "10m").looks == 8
+    four = make_plan(["coding"], {"coding": 200}, 3, 2, 0.05, "10m", time_looks=4)
+    assert four.looks == 4 and four.levels()[0] > make_plan(["coding"], {"coding": 200}, 3, 2, 0.05, "10m").levels()[0]
+    assert make_plan(["coding"], {"coding": 200}, 3, 2, 0.05, "3600", time_looks=4).looks == 3
+
+
 def test_parse_budget():
     assert parse_budget("4000") == (4000, None) and parse_budget("10m") == (None, 600.0)
     assert parse_budget("90s") == (None, 90.0) and parse_budget("1h") == (None, 3600.0)
