@@ -29,7 +29,11 @@ def effective_weight(linear: torch.nn.Module) -> torch.Tensor:
     """The weight a compressed-tensors Linear multiplies by (its run-time weight fake quant applied), fp32.
 
     Absorption multiplies kv_b_proj's weight into the query and output, so it must be the weight compressed-tensors'
-    forward would use; an activation-quantized kv_b_proj cannot be absorbed (its input is the cache itself).
+    forward would use. An activation-quantized kv_b_proj (FP8_DYNAMIC on the drafter: W8A8, per-token input) is
+    absorbed as SGLang 0.5.23 absorbs it (deepseek_weight_loader.post_load_weights: the FP8 weight becomes w_kc/w_vc,
+    and the latent is never passed through kv_b_proj, so its input quantization has nothing to act on). What is not
+    emulated: SGLang re-scales that weight per tensor and runs the absorbed bmm in FP8 on a per-tensor-quantized
+    query; here the absorbed product stays fp32 on the per-channel fake-quantized weight.
     """
     w = linear.weight.data
     scheme = getattr(linear, "quantization_scheme", None)
@@ -38,8 +42,6 @@ def effective_weight(linear: torch.nn.Module) -> torch.Tensor:
         from compressed_tensors.quantization import QuantizationStatus
         from compressed_tensors.quantization.lifecycle.forward import forward_quantize
 
-        if scheme.input_activations is not None:
-            raise NotImplementedError("kv_b_proj with quantized input activations cannot be absorbed into MLA")
         if scheme.weights is not None and status < QuantizationStatus.COMPRESSED:
             w = forward_quantize(linear, w, "weight", scheme.weights)
     return w.float()
