@@ -119,6 +119,21 @@ def _partial(s: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch
     return m, e.sum(-1, keepdim=True), torch.matmul(e, values)
 
 
+FLASH_MIN_ROWS = 96  # latent rows from which the fused kernel beats two GEMMs (A/B at 60 sequences, 3 per prompt)
+_FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+
+def _flash_partial(q: torch.Tensor, rows: torch.Tensor, mask: torch.Tensor | None, C: int):
+    """The same pieces from torch's fused CPU flash kernel, for q [N, R, W] against rows [N, L, W]: (log-sum-exp,
+    1, normalised output). It reads each latent row once for scores and values (the two-GEMM form reads it twice,
+    and at 4 query rows per latent row the GEMMs are bound by those reads); V is the full row so the fused path
+    applies (it wants V as wide as K), and the rope columns of the output are dropped."""
+    o, lse = _FLASH(q[:, None], rows[:, None], rows[:, None], 0.0, False,
+                    attn_mask=None if mask is None else mask[:, None], scale=1.0)[:2]
+    m = lse[:, 0, :, None]
+    return m, torch.ones_like(m), o[:, 0, :, :C]
+
+
 class PromptTable:
     """Live prompts' rows in one padded, persistent buffer [layers, slots, P, width], so a decode step reads every
     prompt with one batched GEMM. A prompt's rows are copied in once, when it first decodes; its slot is freed
@@ -205,13 +220,19 @@ class PromptPlan:
             G = self.table.shape[1]
             rows = self.table[layer]  # [S, P, width]; a free slot's rows are masked out (its length is 0)
             qg = q[self.gather].view(G, self.k * R, W)
-            m, l, o = _partial(torch.baddbmm(self.mask, qg, rows.transpose(1, 2)), rows[..., :C])
+            if rows.shape[1] >= FLASH_MIN_ROWS:
+                m, l, o = _flash_partial(qg, rows, self.mask, C)
+            else:
+                m, l, o = _partial(torch.baddbmm(self.mask, qg, rows.transpose(1, 2)), rows[..., :C])
             return (x.view(G * self.k, R, -1)[self.seq_pos] for x in (m, l, o))
         qo = q[self.order].view(-1, W)  # sequences regrouped by prompt, so each prompt's queries are one slice
         parts, at = [], 0
         for kv, idx in self.groups:
             rows, n = kv.rows[layer], len(idx) * R
-            parts.append(_partial(torch.mm(qo[at: at + n], rows.t()), rows[:, :C]))
+            if rows.shape[0] >= FLASH_MIN_ROWS:
+                parts.append([x[0] for x in _flash_partial(qo[None, at: at + n], rows[None], None, C)])
+            else:
+                parts.append(_partial(torch.mm(qo[at: at + n], rows.t()), rows[:, :C]))
             at += n
         return (torch.cat([pt[i] for pt in parts]).view(B, R, -1)[self.inv] for i in range(3))
 
@@ -224,7 +245,10 @@ def decode_attention(q: torch.Tensor, gen: torch.Tensor, gen_mask: torch.Tensor,
     (a view of the preallocated buffer, new rows already written); gen_mask [B, R, G] additive (causal + length).
     Returns [B, R, C].
     """
-    m_g, l_g, o_g = _partial(torch.baddbmm(gen_mask, q, gen.transpose(1, 2)), gen[..., :C])
+    if gen.shape[1] >= FLASH_MIN_ROWS:
+        m_g, l_g, o_g = _flash_partial(q, gen, gen_mask, C)
+    else:
+        m_g, l_g, o_g = _partial(torch.baddbmm(gen_mask, q, gen.transpose(1, 2)), gen[..., :C])
     m_p, l_p, o_p = prompts.attend(q, layer, C)
     m = torch.maximum(m_g, m_p)
     a, b = torch.exp(m_p - m), torch.exp(m_g - m)
