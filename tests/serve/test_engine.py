@@ -94,6 +94,25 @@ def test_sampler_draws_from_the_top_p_nucleus():
     assert freq[~keep].sum() == 0
 
 
+def test_nucleus_draws_equal_the_whole_vocabulary_gumbel_max():
+    """The sampler draws noise only for the top-64 candidates when every nucleus fits there; the tokens must be
+    those of Gumbel-max over the whole masked vocabulary with the same (seed, step, token) noise (500 rows)."""
+    from qverify.serve.embedded.sampler import uniform_noise
+
+    g = torch.Generator().manual_seed(0)
+    n, v = 500, 768
+    logits = torch.randn(n, v, generator=g) * 3
+    temp, top_p = torch.full((n,), 0.6), torch.full((n,), 0.95)
+    seeds, steps = torch.randint(0, 2**40, (n,), generator=g), torch.randint(0, 100, (n,), generator=g)
+    z = logits / 0.6
+    probs = torch.softmax(z, -1)
+    sp, si = probs.sort(-1, descending=True)
+    keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, si, (sp.cumsum(-1) - sp) < 0.95)
+    want = (z.masked_fill(~keep, float("-inf")).double() - torch.log(-torch.log(uniform_noise(seeds, steps, v)))).argmax(-1)
+    assert int(keep.sum(-1).max()) < 64  # the case the candidate path serves
+    assert torch.equal(sample(logits, temp, top_p, seeds, steps), want)
+
+
 def test_speculative_greedy_and_seeded_equal_plain_in_one_batch(tiny):
     tok = tiny.tokenizer
     prompts = _prompts(tok, 2)
