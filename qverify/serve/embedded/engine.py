@@ -80,6 +80,8 @@ class Engine:
         self.running: list[_Seq] = []
         self.prompts: OrderedDict[tuple[int, ...], _Prompt] = OrderedDict()
         self._serial = 0
+        self._groups_cache: dict[bool, tuple[int, list]] = {}
+        self._running_version = 0  # bumped whenever `running` changes (membership or order)
         self.stats = {"requests": 0, "batches": 0, "steps": 0, "prefill_tokens": 0, "shared_prefills": 0,
                       "max_running": 0, "spec_tokens": 0, "spec_verify": 0}
 
@@ -126,6 +128,7 @@ class Engine:
         for s in [*self.running, *self.waiting]:
             s.done(None, exc)
         self.running.clear()
+        self._running_version += 1
         self.waiting.clear()
         self.prompts.clear()
 
@@ -175,6 +178,7 @@ class Engine:
                 self._emit(s, [t], row[None])
                 if s.finish is None:
                     self.running.append(s)
+                    self._running_version += 1
                 else:
                     self._done(s)
         self._evict()
@@ -208,11 +212,18 @@ class Engine:
 
     # ---- decoding ----
     def _groups(self, draft: bool) -> list[tuple[PromptKV, torch.Tensor]]:
+        """Running sequences by prompt. The same list object until the running set changes, so the runner can
+        keep its per-step read plan (mla.PromptPlan) across steps."""
+        key = self._running_version
+        if self._groups_cache.get(draft, (None,))[0] == key:
+            return self._groups_cache[draft][1]
         by: dict[int, tuple[PromptKV, list[int]]] = {}
         for i, s in enumerate(self.running):
             kv = s.prompt.draft_kv if draft else s.prompt.kv
             by.setdefault(s.prompt.serial, (kv, []))[1].append(i)
-        return [(by[k][0], torch.tensor(by[k][1])) for k in sorted(by)]
+        groups = [(by[k][0], torch.tensor(by[k][1])) for k in sorted(by)]
+        self._groups_cache[draft] = (key, groups)
+        return groups
 
     def _decode_step(self) -> None:
         run = self.running
@@ -318,6 +329,7 @@ class Engine:
                     self.draft.move_slot(last, i, moved.draft_len)
                 self.running[i] = moved
             self.running.pop()
+            self._running_version += 1
             self._done(s)
 
     def _done(self, s: _Seq) -> None:

@@ -47,6 +47,7 @@ class ModelRunner:
         self.slots = slots
         self.gen = torch.zeros(len(self.layers), slots, cap, self.width)
         self.table = PromptTable(len(self.layers), self.width)  # live prompts, padded, for batched decode reads
+        self._plan: tuple[list, PromptPlan] | None = None
 
     @property
     def fp8_kv(self) -> bool:
@@ -118,7 +119,9 @@ class ModelRunner:
         mask = mask[:, :, None, :].expand(B, n, H, G).reshape(B, n * H, G)
         write = (gen_len[:, None] + torch.arange(n)[None, :]).reshape(-1)
         slot = torch.arange(B).repeat_interleave(n)
-        plan = PromptPlan(groups, B, self.table)
+        if self._plan is None or self._plan[0] is not groups:  # the engine passes the same list while nothing joins/leaves
+            self._plan = (groups, PromptPlan(groups, B, self.table))
+        plan = self._plan[1]
         x, cos, sin = self._embed(ids.reshape(-1), positions.reshape(-1))
         for li, (layer, mla) in enumerate(zip(self.layers, self.mla)):
             p = mla.project(layer.input_layernorm(x), cos, sin)
