@@ -147,3 +147,23 @@ def test_short_requests_finish_while_a_long_one_continues(tiny):
     assert all(done[f"short{i}"] < done["long"] for i in range(3))
     assert all(done[f"short{i}"] <= 10 for i in range(3))  # joined at step 6, finished 4 tokens later
     assert eng.stats["max_running"] == 4
+
+
+@torch.no_grad()
+def test_batched_moe_gives_transformers_moe_bits(tiny):
+    """moe.py's sort + per-expert GEMM path must give exactly the MoE block's own output (batches 1..600), and
+    must not take a block with a compressed-tensors scheme (those run as loaded)."""
+    import copy
+
+    from qverify.serve.embedded.moe import moe_forward, plain_fused_experts
+
+    layers = [layer for layer in tiny.model.model.layers if plain_fused_experts(layer.mlp)]
+    assert layers, "qverify-tiny's MoE layers should take the batched path"
+    g = torch.Generator().manual_seed(0)
+    for layer in layers:
+        for n in (1, 7, 60, 600):
+            h = torch.randn(1, n, tiny.model.config.hidden_size, generator=g)
+            assert torch.equal(moe_forward(layer.mlp, h), layer.mlp(h))
+    marked = copy.deepcopy(layers[0].mlp)
+    marked.experts.quantization_scheme = object()
+    assert not plain_fused_experts(marked)

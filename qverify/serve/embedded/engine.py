@@ -1,10 +1,8 @@
 """The embedded server's generation engine: continuous batching over an MLA latent cache, on CPU.
 
-Why not transformers' own continuous batching: `generate_batch` with the paged cache fails on MLA (its cache
-assumes K and V share a head dim: `index_copy_(): ... slice shape: 4 64 ... source slice shape: 4 96` on
-qverify-tiny, re-checked with transformers 5.17), and it would cache expanded per-head K/V, not the latent that
-production caches. And `generate` with a DynamicCache pushes the whole cached latent through kv_b_proj every step
-and re-concatenates the cache (field notes: ~50% matmul + 30% cat/copy, 156 tok/s at batch 64).
+Why not transformers' own continuous batching: `generate_batch`'s paged cache fails on MLA (it assumes K and V
+share a head dim; re-checked with transformers 5.17) and would cache expanded K/V, not production's latent; and
+`generate`'s DynamicCache pushes the whole cached latent through kv_b_proj every step (field notes).
 
 What this engine does (SGLang's design, at CPU scale):
 - continuous batching: requests join after a prefill and leave as soon as they finish, at every step;
@@ -12,8 +10,8 @@ What this engine does (SGLang's design, at CPU scale):
   attention reads its rows once for all of them (mla.py);
 - a vectorized, batch-invariant seeded sampler (sampler.py);
 - speculative decoding across the batch: the drafter proposes `spec_tokens` tokens for every running sequence,
-  the target verifies them all in one forward, and a position's token is accepted when the target, sampling
-  with that position's seeded noise, picks the same token; outputs are thus the same as without a drafter.
+  the target verifies them all in one forward; a position's token is accepted when the target, sampling with
+  that position's seeded noise, picks it, so outputs are the same as without a drafter.
 """
 
 from __future__ import annotations
@@ -127,8 +125,7 @@ class Engine:
     def fail_all(self, exc: BaseException) -> None:
         for s in [*self.running, *self.waiting]:
             s.done(None, exc)
-        self.running.clear()
-        self._running_version += 1
+        self.running.clear()  # (no version bump: nothing decodes before an admission bumps it)
         self.waiting.clear()
         self.prompts.clear()
 
@@ -212,18 +209,14 @@ class Engine:
 
     # ---- decoding ----
     def _groups(self, draft: bool) -> list[tuple[PromptKV, torch.Tensor]]:
-        """Running sequences by prompt. The same list object until the running set changes, so the runner can
-        keep its per-step read plan (mla.PromptPlan) across steps."""
+        """Running sequences by prompt; the same list until `running` changes (the runner keeps its read plan)."""
         key = self._running_version
-        if self._groups_cache.get(draft, (None,))[0] == key:
-            return self._groups_cache[draft][1]
-        by: dict[int, tuple[PromptKV, list[int]]] = {}
-        for i, s in enumerate(self.running):
-            kv = s.prompt.draft_kv if draft else s.prompt.kv
-            by.setdefault(s.prompt.serial, (kv, []))[1].append(i)
-        groups = [(by[k][0], torch.tensor(by[k][1])) for k in sorted(by)]
-        self._groups_cache[draft] = (key, groups)
-        return groups
+        if self._groups_cache.get(draft, (None,))[0] != key:
+            by: dict[int, tuple[PromptKV, list[int]]] = {}
+            for i, s in enumerate(self.running):
+                by.setdefault(s.prompt.serial, (s.prompt.draft_kv if draft else s.prompt.kv, []))[1].append(i)
+            self._groups_cache[draft] = (key, [(by[k][0], torch.tensor(by[k][1])) for k in sorted(by)])
+        return self._groups_cache[draft][1]
 
     def _decode_step(self) -> None:
         run = self.running
