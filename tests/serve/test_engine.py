@@ -167,3 +167,14 @@ def test_batched_moe_gives_transformers_moe_bits(tiny):
     marked = copy.deepcopy(layers[0].mlp)
     marked.experts.quantization_scheme = object()
     assert not plain_fused_experts(marked)
+
+
+def test_banned_tokens_are_never_sampled_per_row():
+    """Each row's banned ids are masked for that row only (the batch's bans are one scatter)."""
+    from qverify.serve.embedded.engine import Engine
+
+    logits = torch.zeros(3, 8)
+    logits[:, 5] = 10.0  # every row's greedy pick is 5 unless banned
+    seqs = [type("S", (), {"req": GenRequest([1], 1, bad_token_ids=b), "seed": 0})() for b in ([5], [], [5, 6])]
+    toks = Engine._sample(None, seqs, logits, torch.zeros(3, dtype=torch.long))
+    assert toks[0] != 5 and toks[1] == 5 and toks[2] not in (5, 6)

@@ -277,10 +277,10 @@ class Engine:
 
     def _sample(self, seqs: list[_Seq], logits: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
         banned = None
-        if any(s.req.bad_token_ids for s in seqs):
+        if any(s.req.bad_token_ids for s in seqs):  # one scatter for the whole batch, not one per row
             banned = torch.zeros(len(seqs), logits.shape[-1], dtype=torch.bool)
-            for i, s in enumerate(seqs):
-                banned[i, s.req.bad_token_ids] = True
+            at = [(i, t) for i, s in enumerate(seqs) for t in s.req.bad_token_ids]
+            banned[torch.tensor([i for i, _ in at]), torch.tensor([t for _, t in at])] = True
         return sample(logits, torch.tensor([s.req.temperature for s in seqs]), torch.tensor([s.req.top_p for s in seqs]),
                       torch.tensor([s.seed for s in seqs], dtype=torch.long), steps, banned)
 
