@@ -79,13 +79,7 @@ def quiet_heavy_libraries(verbose: bool) -> None:
 
     tlog.disable_default_handler()
     tlog.enable_propagation()
-    # torch's own logging (torch._logging) puts a stderr handler on "torch" and stops propagation: its warnings
-    # (e.g. torch.fx's is_fx_tracing notice during oneshot) go to the file instead
-    torch_log = logging.getLogger("torch")
-    for h in list(torch_log.handlers):
-        if type(h) is logging.StreamHandler:
-            torch_log.removeHandler(h)
-    torch_log.propagate = True
+    _quiet_torch_logs()
     try:  # loguru's default stderr sink (id 0) -> the file, for loguru users other than llm-compressor
         from loguru import logger
 
@@ -93,6 +87,32 @@ def quiet_heavy_libraries(verbose: bool) -> None:
         logger.add(os.environ["LLM_COMPRESSOR_LOG_FILE"], level="INFO", serialize=True, delay=True)
     except (ImportError, ValueError, KeyError):
         pass
+
+
+def _quiet_torch_logs() -> None:
+    """torch's own logging (torch._logging) puts stderr handlers on "torch" and its registered children and
+    stops their propagation; its warnings (e.g. torch.fx's is_fx_tracing notice during oneshot) go to the file
+    instead. torch redoes that setup whenever anything calls torch._logging.set_logs (something on oneshot's
+    path does), so its _init_logs is wrapped to undo it again each time."""
+    from torch._logging import _internal
+
+    for name in ["torch", *[n for n in logging.root.manager.loggerDict if n.startswith("torch.")]]:
+        log = logging.getLogger(name)
+        plain = [h for h in log.handlers if type(h) is logging.StreamHandler]
+        for h in plain:
+            log.removeHandler(h)
+        if plain:
+            log.propagate = True
+    init = _internal._init_logs
+    if getattr(init, "_qverify_quiet", False):
+        return
+
+    def init_then_quiet(*args, **kwargs):
+        init(*args, **kwargs)
+        _quiet_torch_logs()
+
+    init_then_quiet._qverify_quiet = True
+    _internal._init_logs = init_then_quiet
 
 
 def _no_progress_bars() -> None:
