@@ -58,7 +58,7 @@ def _key(suite: str) -> str:
 
 
 def _gate(wd: Path, base: str, cand: str):
-    return lambda suites, level: run_gate(wd, base, [cand], suites, QVerifyConfig(alpha=level), write=False)
+    return lambda suites, look: run_gate(wd, base, [cand], suites, QVerifyConfig(alpha=0.05), write=False, look=look)
 
 
 def test_parse_budget():
@@ -75,7 +75,21 @@ def test_a_clear_regression_fails_at_the_first_look_and_stops(tmp_path):
     plan = make_plan(["coding"], {"coding": 200}, K, 2, 0.05, "12000")
     rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["bad"], plan, ev, _gate(tmp_path, "base", "bad"))
     assert plan.looks == 10 and len(looks) == 1 and rep.verdict == "FAIL"
-    assert looks[0].requests == 2 * K * 200 and looks[0].level == pytest.approx(0.05 * 0.1 ** 2)
+    assert looks[0].requests == 2 * K * 200 and looks[0].level == pytest.approx(plan.levels()[0])
+
+
+def test_a_failed_build_gets_no_more_rounds(tmp_path):
+    """coding FAILs at look 1; longctx (noisy, identical builds) is undecided, but the build's verdict is FAIL
+    whatever it would show, so no second round is run."""
+    rng = np.random.default_rng(6)
+    pc, pl = _outcomes(rng, NMAX), np.full(NMAX, 0.5)
+    probs = {"base": {"coding": pc, "longctx": pl}, "bad": {"coding": _outcomes(rng, NMAX, 0.3, pc), "longctx": pl}}
+    ev = Rounds(tmp_path, probs, unseeded=("longctx",))
+    plan = make_plan(["coding", "longctx"], {"coding": 200, "longctx": 200}, K, 2, 0.05, "24000")
+    rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["bad"], plan, ev, _gate(tmp_path, "base", "bad"))
+    verdicts = {m.metric: m.verdict for m in rep.candidates[0].metrics if m.gated}
+    assert rep.verdict == "FAIL" and verdicts["coding/pass@1"] == "FAIL" and len(looks) == 1
+    assert "INCONCLUSIVE" in verdicts.values()  # longctx was left undecided, not run on
 
 
 def test_undecided_suites_get_the_next_round_decided_ones_stop(tmp_path):
@@ -94,6 +108,10 @@ def test_undecided_suites_get_the_next_round_decided_ones_stop(tmp_path):
     assert all(len(lk.metrics["same"]) >= 1 for lk in looks)  # each look records the undecided metrics' bounds
     seq = rep.config["sequential"]
     assert len(seq["looks"]) == len(looks) and seq["plan"]["looks"] == plan.looks
+    # later looks test FAIL within the family of every gated metric seen at look 1, decided ones included
+    n_gated = len(looks[0].metrics["same"])
+    assert rep.config["look"]["family"] == {"same": n_gated} and rep.config["look"]["look"] == len(looks) > 1
+    assert looks[-1].fail_level == pytest.approx(plan.look_levels(len(looks), {}).fail_level(n_gated))
 
 
 def test_resume_continues_the_sequence(tmp_path):
