@@ -123,11 +123,10 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
         open_suites = [s for s in plan.suites if s not in exhausted and _undecided(s, frozen, report)]
         if looks and not open_suites:
             break
-        round_s = (spent_s / (j - 1)) if j > 1 else 0.0
-        if plan.budget_seconds is not None and j > 1 and spent_s + round_s > plan.budget_seconds:
+        want = {s: plan.items_at(s, j) for s in open_suites}
+        if plan.budget_seconds is not None and looks and spent_s + _next_round_s(looks, want) > plan.budget_seconds:
             break
         t0 = clock()
-        want = {s: plan.items_at(s, j) for s in open_suites}
         got = [evaluate(b, want) for b in [baseline, *candidates]]
         items = {s: min(g[s] for g in got) for s in open_suites}
         exhausted |= {s for s in open_suites if items[s] < want[s]}  # a finite source: no more held-out items
@@ -155,6 +154,16 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
         if plan.budget_requests is not None and lk.requests >= plan.budget_requests:
             break
     return _final(report, frozen, looks, plan, seq_id), looks
+
+
+def _next_round_s(looks: list[Look], want: dict[str, int]) -> float:
+    """The next round's time at the last round's seconds per new item (requests per item are fixed): later
+    rounds evaluate fewer suites than the first, so the plain average of past rounds would stop a time
+    budget a round early."""
+    last, before = looks[-1], (looks[-2] if len(looks) > 1 else None)
+    done = sum(n - (before.items.get(s, 0) if before else 0) for s, n in last.items.items())
+    new = sum(n - last.items.get(s, 0) for s, n in want.items())
+    return (last.seconds - (before.seconds if before else 0.0)) * new / max(done, 1)
 
 
 def _undecided(suite: str, frozen: dict[str, dict[str, MetricResult]], report: GateReport | None) -> bool:

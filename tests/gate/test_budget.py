@@ -154,3 +154,27 @@ def test_a_finite_source_is_exhausted_and_said_so(tmp_path):
     rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["same"], plan, ev, _gate(tmp_path, "base", "same"))
     assert looks[-1].exhausted == ["longctx"] and looks[-1].items["longctx"] == 250
     assert len(looks) == 3  # 100, 200, then 250 of 300 wanted: nothing more to add
+
+
+def test_a_time_budget_runs_the_rounds_that_fit_at_the_last_rounds_pace(tmp_path):
+    """Each new item costs 0.05 s per build on a fake clock. Round 1 (coding + longctx, 300 each, 2 builds)
+    costs 60 s and decides coding; a round of longctx alone then costs 30 s, so rounds 2 and 3 fit a 125 s
+    budget (60 + 30 + 30) and round 4 does not. The old estimate (the mean of past rounds) stopped after 2."""
+    rng = np.random.default_rng(2)
+    pc = _outcomes(rng, NMAX)
+    pl = np.full(NMAX, 0.5)  # unseeded coin flips: 900 items cannot show +-3 points at the looks' levels
+    probs = {"base": {"coding": pc, "longctx": pl}, "same": {"coding": pc, "longctx": pl}}
+    ev = Rounds(tmp_path, probs, unseeded=("longctx",))
+    now, have = [0.0], {}
+
+    def evaluate(build, want):
+        got = ev(build, want)
+        now[0] += 0.05 * sum(n - have.get((build, s), 0) for s, n in got.items())
+        have.update({(build, s): n for s, n in got.items()})
+        return got
+
+    plan = make_plan(["coding", "longctx"], {"coding": 300, "longctx": 300}, K, 2, 0.05, "125s", time_looks=8)
+    rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["same"], plan, evaluate,
+                              _gate(tmp_path, "base", "same"), clock=lambda: now[0])
+    assert [lk.items for lk in looks] == [{"coding": 300, "longctx": 300}, {"longctx": 600}, {"longctx": 900}]
+    assert [round(lk.seconds) for lk in looks] == [60, 90, 120]
