@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from qverify.errors import BadInput, read_input_text
 
@@ -59,6 +59,10 @@ class QVerifyConfig(_Strict):
                                                  "when evaluated with the same salt")
     alpha: float = Field(0.05, gt=0, lt=1)
     error_budget: float = Field(0.02, ge=0, lt=0.5, description="max infrastructure-error rate of a complete run")
+    budget: str | None = Field(None, description="gate in rounds within this budget, as `qverify gate --budget` "
+                                                  "(a time: 10m, or a request count); the flag wins")
+    looks: int = Field(8, ge=1, le=32, description="looks a time budget plans: alpha is spread over them, so plan "
+                                                   "no more than the budget can run (a request budget buys its own)")
     noise_k: float | None = Field(None, ge=0, description="margin = max(tolerance, noise_k x the baseline's run-to-run "
                                                            "SD of one run's mean); off by default (docs/gate.md)")
     thresholds: dict[str, MetricRule] = Field(default_factory=dict, description="per metric, e.g. 'coding/pass@1'")
@@ -67,6 +71,20 @@ class QVerifyConfig(_Strict):
     allow_unsandboxed: bool = Field(False, description="let the coding suite run model code without bwrap (marked)")
     tracking_uri: str | None = None
     report: bool = True
+
+    @field_validator("budget")
+    @classmethod
+    def _budget_parses(cls, v: str | None) -> str | None:
+        from qverify.gate.budget import parse_budget
+
+        if v is not None:
+            try:
+                requests, seconds = parse_budget(v)
+            except BadInput as e:
+                raise ValueError(str(e)) from None
+            if (requests or 0) < 1 and (seconds or 0) <= 0:
+                raise ValueError("must be above 0, e.g. '10m' or '4000'")
+        return v
 
 
 def load_config(path: Path | None) -> QVerifyConfig:

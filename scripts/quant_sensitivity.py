@@ -66,6 +66,9 @@ def build_ids(workdir: Path) -> dict[str, str]:
 
 def run_all(workdir: Path, recipes, limit: int, replicates: int, base_replicates: int, calib: list[str]) -> None:
     for r in recipes:
+        if not suites_for(r.recipe):  # e.g. as_shipped on an unquantized source: the same thing as bf16
+            print(f"{r.recipe.name} changes nothing here; no row", flush=True)
+            continue
         if r.recipe.name not in build_ids(workdir):
             qverify(workdir, "build", "--recipe", r.recipe.name, *calib)
         build = build_ids(workdir).get(r.recipe.name)
@@ -94,7 +97,7 @@ def measure(workdir: Path, recipes) -> dict:
     wd = Workdir.at(workdir)
     ids = build_ids(workdir)
     base = ids.get("bf16")
-    rows = []
+    rows, missing = [], []
     for r in recipes:
         name = r.recipe.name
         if name not in ids:
@@ -103,6 +106,7 @@ def measure(workdir: Path, recipes) -> dict:
         suites = [s for s in suites_for(r.recipe) if (wd.runs / b / s).exists()]
         runs = {s: load(wd.runs, b, s) for s in {s for s, _ in COLUMNS} | set(suites)}
         if not any(x.exists for x in runs.values()):
+            missing.append(name)  # built, but its eval failed or was not run: said in the card, not dropped silently
             continue
         row = {"recipe": name, "control": r.recipe.control, "cells": {f"{s}/{k}": cell(runs[s], k) for s, k in COLUMNS},
                "kl": None, "verdict": "baseline", "failed": []}
@@ -118,7 +122,7 @@ def measure(workdir: Path, recipes) -> dict:
                     row["cells"]["greedy/match"] = {"mean": v, "min": v, "max": v, "items": m.n_items,
                                                     "replicates": len(runs["greedy"].replicates)}
         rows.append(row)
-    return {"split": "test", "rows": rows}
+    return {"split": "test", "rows": rows, "not_measured": missing}
 
 
 def main() -> int:
@@ -131,6 +135,7 @@ def main() -> int:
     ap.add_argument("--base-replicates", type=int, default=None, help="bf16's replicates (default: --replicates)")
     ap.add_argument("--calib-samples", type=int, default=None, help="calibration samples per build (default: the recipe's)")
     ap.add_argument("--write-card", action="store_true")
+    ap.add_argument("--note", default="", help="appended to the table's note in the card (e.g. why a row is missing)")
     args = ap.parse_args()
     from qverify.quantize.recipe import list_recipes
 
@@ -146,10 +151,11 @@ def main() -> int:
     from qverify.reference.model_card import sensitivity_table
 
     data = measure(args.workdir, recipes)
-    data["note"] = (f"`qverify eval` on the test split at each suite's gating sampling, by `scripts/quant_sensitivity.py`; "
+    data["note"] = ("`qverify eval` on the test split at each suite's gating sampling, by `scripts/quant_sensitivity.py`; "
                     "each cell: mean over replicates (range over replicates) [replicates × items]; gate: `qverify gate` "
                     "against bf16 at the default tolerances."
-                    + (f" Builds calibrated on {args.calib_samples} samples." if args.calib_samples else ""))
+                    + (f" Builds calibrated on {args.calib_samples} samples." if args.calib_samples else "")
+                    + (f" {args.note}" if args.note else ""))
     print(sensitivity_table(data))
     if args.write_card:
         from qverify.reference.model_card import render_card

@@ -75,6 +75,9 @@ def test_numeric_options_are_validated_with_a_fix(argv, names, tmp_path):
     ("[client]\nread_timeout_s = 0", "client.read_timeout_s"),
     ("[client]\nitem_timeout_s = -5", "client.item_timeout_s"),
     ('[thresholds."coding/pass@1"]\ntolerance = -0.1', "tolerance"),
+    ('budget = "ten minutes"', "budget"),
+    ('budget = "0"', "budget"),
+    ("looks = 0", "looks"),
 ])
 def test_config_values_are_validated_with_a_fix(toml, key, tmp_path):
     (tmp_path / "q.toml").write_text(toml + "\n")

@@ -54,6 +54,7 @@ def gate_cmd(
     cfg = load_config(Path(config) if config else None)
     if seed_salt is not None:
         cfg = cfg.model_copy(update={"seed_salt": seed_salt})
+    budget = budget or cfg.budget  # the config's is validated when it is read, before any build
     names = [x.strip() for x in suites.split(",") if x.strip()] if suites else None
     if baseline and candidate:
         if recipe:

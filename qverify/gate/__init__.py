@@ -4,7 +4,8 @@ metrics     gate-metric declarations (from each suite) and qverify.toml rules
 design      the runner's design -> per-item paired differences (shared seeds, run pairs, F1 jackknife)
 bounds      one-sided bounds: skew-corrected t + exact Clopper-Pearson on discordant items (pure)
 rule        PASS (non-inferiority, intersection-union) / FAIL (Holm) / INCONCLUSIVE, refusals (pure)
-sequential  alpha spending and confidence sequences for repeated looks (pure)
+boundaries  group-sequential levels of planned looks: alpha spending on the looks' joint law (pure)
+sequential  confidence sequences for open-ended looks, look sizes (pure)
 budget      `--budget`: rounds, looks, resume (sequence.json); rounds wires it to the runner
 pairwise    flips, McNemar, K2VV trigger-F1 floor, KL matrices, output signatures (pure)
 integrity   refusals: incomplete runs, mismatched items/versions/sampling, build ids

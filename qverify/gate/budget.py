@@ -4,15 +4,21 @@ Round j evaluates the first n_j = j * n_1 held-out items of every suite some met
 candidate has not decided yet (the synthetic generators are unbounded and extend, never
 reshuffle: round j's items are round j-1's plus new ones; a finite real source stops
 growing and the report says it is exhausted). After the round the gate looks at those
-suites with its rule at the look's own level alpha_j = alpha((j/J)^2) - alpha(((j-1)/J)^2)
-(qverify.gate.sequential.spending_levels): by the union bound the chance of any false PASS
-of a metric, or of any false FAIL over all looks, stays <= alpha. A decided metric keeps
-its verdict; a suite whose gated metrics are all decided gets no more requests.
+suites with its rule at the look's group-sequential levels (qverify.gate.boundaries): each
+metric's PASS test and FAIL test has a boundary from an alpha-spending function over the
+planned information fractions t_j = j / J, solved with the looks' joint law, so the chance of
+a false PASS of a metric, or of any false FAIL of a build, over all looks stays <= alpha. A
+decided metric keeps its verdict; a suite gets no more requests once its gated metrics are all
+decided for every candidate that has not FAILed (one FAIL decides a build).
 
 J, the planned looks, is fixed before the first round (a request budget buys J rounds;
-a time budget plans MAX_LOOKS and stops early when the next round would not fit, leaving
-its alpha unspent). The plan and every look are kept in gates/seq-<id>/sequence.json, so
-rerunning the same command resumes the sequence where it stopped.
+a time budget plans `looks` (qverify.toml, default
+MAX_LOOKS) and stops early when the next round would not fit, leaving
+its alpha unspent). A finite source that runs out at look j is looked at with fewer items
+than planned: its look statistics are then more correlated than planned, which by Slepian's
+inequality only lowers the chance of crossing (conservative). The plan and every look are kept
+in gates/seq-<id>/sequence.json, so rerunning the same command resumes the sequence where it
+stopped.
 """
 
 from __future__ import annotations
@@ -20,12 +26,12 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from qverify.errors import BadInput
-from qverify.gate.sequential import SPEND_GAMMA, spending_levels
+from qverify.gate.boundaries import SPEND_GAMMA, LookLevels, nominal_levels
 from qverify.models import CandidateReport, GateReport, MetricResult, content_hash
 
 MAX_LOOKS = 8
@@ -57,15 +63,24 @@ class Plan:
     def items_at(self, suite: str, look: int) -> int:
         return self.first[suite] * look
 
+    def fractions(self) -> tuple[float, ...]:
+        return tuple(float(j) for j in range(1, self.looks + 1))  # every suite grows by its n_1 per round
+
     def levels(self) -> list[float]:
-        return spending_levels([self.items_at(self.suites[0], j) for j in range(1, self.looks + 1)], self.alpha, self.gamma)
+        """Each look's nominal level of a metric's PASS test (and of a FAIL test in a family of one)."""
+        return list(nominal_levels(self.fractions(), self.alpha, self.gamma))
+
+    def look_levels(self, look: int, family: dict[str, int]) -> LookLevels:
+        return LookLevels(self.fractions(), look, self.alpha, self.gamma, family)
 
 
 def make_plan(suites: list[str], first: dict[str, int], replicates: int, n_builds: int, alpha: float,
-              budget: str) -> Plan:
+              budget: str, time_looks: int = MAX_LOOKS) -> Plan:
+    """A request budget buys J = budget // (requests of a full round) looks; a time budget plans
+    `time_looks` (qverify.toml `looks`) and stops when the next round would not fit."""
     requests, seconds = parse_budget(budget)
     per_round = n_builds * replicates * sum(first.values())
-    looks = MAX_LOOKS if requests is None else max(1, min(MAX_LOOKS * 4, requests // per_round))
+    looks = time_looks if requests is None else max(1, min(MAX_LOOKS * 4, requests // per_round))
     return Plan(suites, first, looks, replicates, alpha, requests, seconds)
 
 
@@ -76,17 +91,18 @@ class Look:
     items: dict[str, int]
     requests: int  # cumulative, all builds
     seconds: float  # cumulative wall time of the rounds
+    fail_level: float | None = None  # the first FAIL step's nominal level (family of every gated metric)
     metrics: dict[str, dict[str, dict]] = field(default_factory=dict)  # candidate -> metric -> summary
     exhausted: list[str] = field(default_factory=list)  # suites whose finite source had no more items
 
 
 def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, evaluate: EvalFn,
-                 gate: Callable[[list[str], float], GateReport], clock: Callable[[], float] = time.monotonic
+                 gate: Callable[[list[str], LookLevels], GateReport], clock: Callable[[], float] = time.monotonic
                  ) -> tuple[GateReport, list[Look]]:
     """Rounds until every gated metric of every candidate is decided or the plan/budget ends.
 
     evaluate(build, {suite: n}) brings the build's runs to their first n items;
-    gate(suites, level) gates all candidates on those suites at that level.
+    gate(suites, look) gates all candidates on those suites at that look's levels (LookLevels).
     """
     seq_id = "seq-" + content_hash({"baseline": baseline, "candidates": candidates, "plan": asdict(plan)}, 12)
     state_path = root / seq_id / "sequence.json"
@@ -99,25 +115,30 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
                     frozen[c][name] = MetricResult.model_validate(m["result"])
     exhausted: set[str] = set(looks[-1].exhausted) if looks else set()
     levels = plan.levels()
+    # the FAIL family of each candidate: its gated metrics at look 1, when every suite is open
+    family = {c: len(ms) for c, ms in looks[0].metrics.items()} if looks else {}
     report = None
     spent_s = looks[-1].seconds if looks else 0.0
     for j in range(len(looks) + 1, plan.looks + 1):
         open_suites = [s for s in plan.suites if s not in exhausted and _undecided(s, frozen, report)]
         if looks and not open_suites:
             break
-        round_s = (spent_s / (j - 1)) if j > 1 else 0.0
-        if plan.budget_seconds is not None and j > 1 and spent_s + round_s > plan.budget_seconds:
+        want = {s: plan.items_at(s, j) for s in open_suites}
+        if plan.budget_seconds is not None and looks and spent_s + _next_round_s(looks, want) > plan.budget_seconds:
             break
         t0 = clock()
-        want = {s: plan.items_at(s, j) for s in open_suites}
         got = [evaluate(b, want) for b in [baseline, *candidates]]
         items = {s: min(g[s] for g in got) for s in open_suites}
         exhausted |= {s for s in open_suites if items[s] < want[s]}  # a finite source: no more held-out items
         spent_s += clock() - t0
-        report = gate(open_suites, levels[j - 1])
+        at = plan.look_levels(j, family)
+        report = gate(open_suites, at)
+        if not family:
+            family = {c.build_id: sum(m.gated for m in c.metrics) for c in report.candidates}
         prev = looks[-1].requests if looks else 0
         new = sum(n - (looks[-1].items.get(s, 0) if looks else 0) for s, n in items.items())
-        lk = Look(j, levels[j - 1], items, prev + new * plan.replicates * (1 + len(candidates)), spent_s)
+        lk = Look(j, levels[j - 1], items, prev + new * plan.replicates * (1 + len(candidates)), spent_s,
+                  fail_level=at.fail_level(max(family.values(), default=1)))
         for c in report.candidates:
             lk.metrics[c.build_id] = {}
             for m in c.metrics:
@@ -135,10 +156,24 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
     return _final(report, frozen, looks, plan, seq_id), looks
 
 
+def _next_round_s(looks: list[Look], want: dict[str, int]) -> float:
+    """The next round's time at the last round's seconds per new item (requests per item are fixed): later
+    rounds evaluate fewer suites than the first, so the plain average of past rounds would stop a time
+    budget a round early."""
+    last, before = looks[-1], (looks[-2] if len(looks) > 1 else None)
+    done = sum(n - (before.items.get(s, 0) if before else 0) for s, n in last.items.items())
+    new = sum(n - last.items.get(s, 0) for s, n in want.items())
+    return (last.seconds - (before.seconds if before else 0.0)) * new / max(done, 1)
+
+
 def _undecided(suite: str, frozen: dict[str, dict[str, MetricResult]], report: GateReport | None) -> bool:
+    """Some candidate that has not FAILed has an undecided gated metric in the suite (a FAILed build is decided:
+    more items could only refine its other metrics, never change its verdict)."""
     if report is None:
         return True
     for c in report.candidates:
+        if any(m.verdict == "FAIL" for m in frozen[c.build_id].values()):
+            continue
         for m in c.metrics:
             if m.metric.startswith(f"{suite}/") and m.gated and m.metric not in frozen[c.build_id]:
                 return True

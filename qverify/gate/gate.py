@@ -14,6 +14,7 @@ from qverify.config import MetricRule, QVerifyConfig
 from qverify.errors import ExitCode
 from qverify.evals.store import atomic_write_text
 from qverify.gate.assemble import suite_metrics
+from qverify.gate.boundaries import LookLevels
 from qverify.gate.decide import result
 from qverify.gate.integrity import build_problems, pair_problems, run_problems
 from qverify.gate.loader import RunData, load
@@ -25,10 +26,14 @@ from qverify.workdir import Workdir
 
 def gate_candidate(build_id: str, recipe: str, base_runs: dict[str, RunData], cand_runs: dict[str, RunData],
                    rules: dict[str, MetricRule], alpha: float = 0.05, noise_k: float | None = None,
-                   integrity: list[str] | None = None) -> CandidateReport:
-    """Gate one candidate on the suites present on both sides (runs already checked comparable)."""
+                   integrity: list[str] | None = None, look: LookLevels | None = None) -> CandidateReport:
+    """Gate one candidate on the suites present on both sides (runs already checked comparable); at a look of
+    the sequential gate, PASS at the look's nominal level and FAIL at its family-wise levels."""
     evs = [e for suite, b in base_runs.items() if suite in cand_runs for e in suite_metrics(b, cand_runs[suite], rules)]
-    decisions = decide(evs, alpha, noise_k)
+    if look is not None:
+        alpha = look.pass_level
+    decisions = decide(evs, alpha, noise_k, fail_level=look.fail_level if look else None,
+                       family=look.family.get(build_id) if look else None)
     metrics = [result(d, alpha) for d in decisions]
     verdict, reasons = build_verdict(decisions, [f"refused: {r}" for r in integrity or []])
     perf = {f"{s}/{k}": v for s, r in cand_runs.items() if r.manifest for k, v in r.manifest.perf.items()}
@@ -57,9 +62,9 @@ def shares_seeds(c: CandidateReport) -> bool:
 
 
 def run_gate(workdir: Workdir | Path | str, baseline: str, candidates: list[str], suites: list[str] | None = None,
-             config: QVerifyConfig | None = None, write: bool = True) -> GateReport:
+             config: QVerifyConfig | None = None, write: bool = True, look: LookLevels | None = None) -> GateReport:
     """Gate each candidate build against the baseline on `suites` (default: those of config.suites the
-    baseline has runs for)."""
+    baseline has runs for); `look`: one look of the sequential gate (qverify.gate.budget)."""
     from qverify.suites import get_suite
 
     wd = workdir if isinstance(workdir, Workdir) else Workdir.at(workdir)
@@ -90,9 +95,13 @@ def run_gate(workdir: Workdir | Path | str, baseline: str, candidates: list[str]
             if not bad and not build_bad:  # results of unverified builds prove nothing either way
                 ok.append(s)
         reports.append(gate_candidate(cand, _recipe(wd, cand), {s: base_runs[s] for s in ok},
-                                      {s: cand_runs[s] for s in ok}, cfg.thresholds, cfg.alpha, cfg.noise_k, problems))
+                                      {s: cand_runs[s] for s in ok}, cfg.thresholds, cfg.alpha, cfg.noise_k, problems,
+                                      look))
     settings = {"alpha": cfg.alpha, "noise_k": cfg.noise_k, "rule": "v2", "error_budget": cfg.error_budget, "suites": suites,
                 "thresholds": {k: v.model_dump() for k, v in sorted(cfg.thresholds.items())}}
+    if look is not None:
+        settings["look"] = {"look": look.look, "of": len(look.fractions), "pass_level": look.pass_level,
+                            "gamma": look.gamma, "family": look.family}
     gate_id = content_hash({"baseline": baseline, "candidates": candidates, **settings, "runs": prints}, 12)
     verdict = max((c.verdict for c in reports), key=ORDER.__getitem__, default="INCONCLUSIVE")
     report = GateReport(gate_id=gate_id, baseline=baseline, baseline_recipe=_recipe(wd, baseline), verdict=verdict,

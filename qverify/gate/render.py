@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -121,22 +122,28 @@ def render_table(report: GateReport, console: Console) -> None:
 
 
 def render_looks(report: GateReport, console: Console) -> None:
-    """The sequential gate: each look's level, items and requests, and each metric's bounds at that look."""
+    """The sequential gate: each look's level, items and requests, and each metric's bounds at that look
+    (one row per metric, so the table stays readable in an 80-column terminal)."""
     seq = report.config.get("sequential") or {}
     looks = seq.get("looks", [])
     if not looks:
         return
-    t = Table(title=f"sequential gate {seq.get('id')}: {len(looks)} of {seq['plan']['looks']} planned looks")
-    for col in ("look", "level", "items", "requests", "time", "metric bounds [Δ low, high] → verdict"):
-        t.add_column(col, overflow="fold", max_width=90 if col.startswith("metric") else None)
+    t = Table(title=f"sequential gate {seq.get('id')}: {len(looks)} of {seq['plan']['looks']} planned looks",
+              box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+    for col in ("look", "metric", "n", "Δ bounds", "verdict"):
+        t.add_column(col, no_wrap=True)
+    several = len({c for lk in looks for c in lk["metrics"]}) > 1
     for lk in looks:
-        cells = []
-        for cand, ms in lk["metrics"].items():
-            for name, m in sorted(ms.items()):
-                cells.append(f"{cand}:{name} [{m['lo']:+.3f}, {m['hi']:+.3f}] → {m['verdict']}")
-        items = ", ".join(f"{s} {n}" for s, n in lk["items"].items()) or "-"
-        t.add_row(str(lk["look"]), f"{lk['level']:.4f}", items, str(lk["requests"]), f"{lk['seconds']:.0f}s",
-                  "\n".join(cells) or "(nothing left undecided)")
+        head = [str(lk["look"]), f"α {lk['level']:.4f}", f"{lk['requests']} req", f"{lk['seconds']:.0f} s"]
+        rows = [(f"{cand}:{name}" if several else name, m) for cand, ms in lk["metrics"].items()
+                for name, m in sorted(ms.items())]
+        if not rows:
+            t.add_row(" ".join(head), "(nothing left undecided)", "", "", "", end_section=True)
+        for i, (name, m) in enumerate(rows):
+            suite = name.split(":")[-1].split("/")[0]
+            t.add_row(head[i] if i < len(head) else "", name, str(lk["items"].get(suite, "")),
+                      f"[{m['lo']:+.3f}, {m['hi']:+.3f}]", f"[{STYLE[m['verdict']]}]{m['verdict']}[/]",
+                      end_section=i == len(rows) - 1)
     console.print(t)
     last = looks[-1]
     console.print(f"the budget bought {last['requests']} requests in {last['seconds']:.0f}s"

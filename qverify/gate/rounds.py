@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from qverify.config import QVerifyConfig
+from qverify.gate.boundaries import LookLevels
 from qverify.gate.budget import Look, Plan, make_plan, run_sequence
 from qverify.models import GateReport
 from qverify.workdir import Workdir
@@ -17,7 +18,7 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
     from qverify.suites import get_suite
 
     first = {s: cfg.limit or get_suite(s).default_n for s in suites}
-    plan = make_plan(suites, first, cfg.replicates, 1 + len(candidates), cfg.alpha, budget)
+    plan = make_plan(suites, first, cfg.replicates, 1 + len(candidates), cfg.alpha, budget, cfg.looks)
     sv = cfg.serving
     serving = resolve_profile(sv.backend, sv.profile, sv.endpoint, sv.api_key_env)
 
@@ -32,8 +33,8 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
             got[s] = m.n_items if m is not None else 0
         return got
 
-    def gate(open_suites: list[str], level: float) -> GateReport:
-        return run_gate(wd, baseline, candidates, open_suites, cfg.model_copy(update={"alpha": level}), write=False)
+    def gate(open_suites: list[str], look: LookLevels) -> GateReport:
+        return run_gate(wd, baseline, candidates, open_suites, cfg, write=False, look=look)
 
     report, looks = run_sequence(wd.gates, baseline, candidates, plan, evaluate, gate)
     write_report(wd, report)

@@ -1,8 +1,8 @@
 """The verdict rule: three-way, with stated error rates, per metric and per build.
 
 Orient every metric so that higher is better (a lower-is-better metric's d is negated) and
-let L, U be the one-sided (1 - alpha) bounds of Delta (qverify.gate.bounds, or a confidence
-sequence under sequential looks, qverify.gate.sequential). With margin tol > 0:
+let L, U be the one-sided (1 - alpha) bounds of Delta (qverify.gate.bounds; at a look of the
+sequential gate, alpha is that look's group-sequential level, qverify.gate.boundaries). With margin tol > 0:
 
   PASS          L > -tol                     non-inferiority shown at level alpha
   FAIL          Holm-adjusted p_fail <= alpha, p_fail testing H0: Delta >= -tol
@@ -20,6 +20,7 @@ margin to max(tolerance, noise_k * run-to-run SD), a documented option.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -83,26 +84,46 @@ def holm(p: list[float]) -> list[float]:
     return out
 
 
+def step_down(p: list[float], level_for: Callable[[int], float], family: int) -> list[bool]:
+    """Holm's step-down with a level per family size: the r-th smallest p (r from 0) is rejected when it and
+    every smaller one is <= level_for(family - r). level_for(k) = alpha / k is Holm (p_adj <= alpha)."""
+    out = [False] * len(p)
+    for rank, i in enumerate(sorted(range(len(p)), key=p.__getitem__)):
+        if p[i] > level_for(family - rank):
+            break
+        out[i] = True
+    return out
+
+
 def decide(evs: list[Evidence], alpha: float = 0.05, noise_k: float | None = None,
-           bounds: list[Bounds | None] | None = None) -> list[Decision]:
-    """Each metric's verdict; Holm over the gated metrics' FAIL p-values (bounds may be given, e.g. sequential)."""
+           bounds: list[Bounds | None] | None = None, fail_level: Callable[[int], float] | None = None,
+           family: int | None = None) -> list[Decision]:
+    """Each metric's verdict; Holm over the gated metrics' FAIL p-values (bounds may be given).
+
+    At a look of the sequential gate, PASS bounds use alpha = that look's nominal level, and FAIL uses
+    fail_level(k), the look's level for one test in a family of k, over `family` hypotheses (at least
+    the gated metrics here): qverify.gate.boundaries.LookLevels."""
     bs = bounds if bounds is not None else [measure(e, alpha, noise_k) for e in evs]
     gated = [i for i, (e, b) in enumerate(zip(evs, bs)) if e.gated and b is not None]
-    adj = dict(zip(gated, holm([float(bs[i].p_fail) for i in gated])))
-    return [_one(e, b, alpha, margin(e, noise_k), adj.get(i)) for i, (e, b) in enumerate(zip(evs, bs))]
+    p = [float(bs[i].p_fail) for i in gated]
+    adj = dict(zip(gated, holm(p)))
+    level_for = fail_level or (lambda k: alpha / k)
+    fails = dict(zip(gated, step_down(p, level_for, max(family or 0, len(gated)))))
+    return [_one(e, b, alpha, margin(e, noise_k), adj.get(i),  # an informational metric is its own family
+                 fails.get(i, b is not None and float(b.p_fail) <= level_for(1))) for i, (e, b) in enumerate(zip(evs, bs))]
 
 
-def _one(ev: Evidence, b: Bounds | None, alpha: float, tol: float, p_adj: float | None) -> Decision:
+def _one(ev: Evidence, b: Bounds | None, alpha: float, tol: float, p_adj: float | None, fails: bool) -> Decision:
     if ev.refusal is not None:
         return Decision(ev, "INCONCLUSIVE", ev.refusal, tol)
     if b is None:
         return Decision(ev, "INCONCLUSIVE", f"only {len(ev.d)} paired items; a verdict needs at least {MIN_ITEMS}", tol)
     lo, hi, delta = float(b.lower), float(b.upper), float(b.delta)
-    show = f"Δ {ev.sign * delta:+.4f}, one-sided {1 - alpha:.0%} bounds [{_o(ev, lo, hi)}]"
+    show = f"Δ {ev.sign * delta:+.4f}, one-sided {100 * (1 - alpha):.4g}% bounds [{_o(ev, lo, hi)}]"
     how = " (exact discordance bound: few items changed)" if bool(b.exact) else ""
     worse = "below" if ev.sign > 0 else "above"
     p = p_adj if p_adj is not None else float(b.p_fail)
-    if p <= alpha:
+    if fails:
         return Decision(ev, "FAIL", f"{show}{how}: worse than the tolerance {tol:.4g} (p={p:.2g}"
                                     f"{', Holm' if p_adj is not None else ''})", tol, b, p_adj)
     if lo > -tol:

@@ -1,8 +1,8 @@
-"""Bounds that stay valid under repeated looks: the gate in rounds, within a budget.
+"""Anytime-valid bounds for open-ended looks, and the budgeted gate's look sizes.
 
-After each round (more held-out items on both builds) the gate looks at every undecided
-metric; a metric stops once decided. The fixed-sample t bound would lose its level under
-such looks, so each look uses the asymptotic confidence sequence of Waudby-Smith, Arbour,
+The budgeted gate (qverify.gate.budget) plans its looks in advance and uses group-sequential
+boundaries (qverify.gate.boundaries), which are tighter at a planned budget. For looks with no
+plan, the asymptotic confidence sequence of Waudby-Smith, Arbour,
 Sinha, Kennedy & Ramdas (2021, "Time-uniform central limit theory", Thm 2.2; the
 normal-mixture boundary of Howard et al. 2021), as `evalsig`'s sequential_gate does:
 
@@ -24,9 +24,6 @@ import math
 import numpy as np
 
 from qverify.gate.bounds import CLT_MIN_DISCORDANT, Bounds, _exact, _exact_p
-
-# alpha spending: alpha(t) = alpha * t^gamma of the planned items (gamma 1: even; larger keeps more for the end)
-SPEND_GAMMA = 2.0
 
 
 def rho_for(n_star: float, alpha: float) -> float:
@@ -73,18 +70,6 @@ def sequence_bounds(d: np.ndarray, tol: float, alpha: float, n_star: float, boun
             p_pass = np.where(exact, np.maximum(p_pass, _exact_p(sp, sn, n, tol, fail=False)), p_pass)
             p_fail = np.where(exact, np.maximum(p_fail, _exact_p(sp, sn, n, tol, fail=True)), p_fail)
     return Bounds(mean, sd / math.sqrt(n), lo, hi, p_pass, p_fail, exact, n)
-
-
-def spent(n: np.ndarray | float, max_items: float, alpha: float, gamma: float = SPEND_GAMMA) -> np.ndarray:
-    """Alpha spent by the time n of the planned max_items are in: alpha * (n / max_items)^gamma."""
-    return alpha * np.minimum(np.asarray(n, float) / max_items, 1.0) ** gamma
-
-
-def spending_levels(looks: list[int], alpha: float, gamma: float = SPEND_GAMMA) -> list[float]:
-    """Each look's own level: the spending function's increment. They sum to alpha, so by the union
-    bound P(any look's bound excludes the truth) <= alpha whatever the looks' correlation."""
-    cum = [float(spent(n, looks[-1], alpha, gamma)) for n in looks]
-    return [c - p for c, p in zip(cum, [0.0, *cum[:-1]])]
 
 
 def look_sizes(first: int, per_round: int, max_items: int) -> list[int]:

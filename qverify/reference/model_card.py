@@ -110,7 +110,49 @@ def sensitivity_table(qs: dict | None) -> str:
         kl = "–" if row["kl"] is None else f"{row['kl']:.4f}"
         name = row["recipe"] + (" (control)" if row["control"] else "")
         lines.append("| " + " | ".join([name, *(_fmt(c) for c in row["cells"].values()), kl, verdict]) + " |")
+    if qs.get("not_measured"):
+        lines += ["", "Built but not measured: " + ", ".join(qs["not_measured"]) + "."]
     return "\n".join(lines).lstrip("\n")
+
+
+def _drafter_line(d: dict) -> str:
+    ws = d.get("warm_start")
+    if not ws:
+        return (f"warm-started likewise and distilled on the target's own greedy outputs for train prompts, "
+                f"{d['tokens'] / 1e6:.2f}M tokens in {d['minutes']} min.")
+    pool = ", ".join(f"{k} {v}" for k, v in d["pool"].items())
+    mix = " / ".join(f"{k} {v:.0%}" for k, v in d["mix"].items())
+    return (f"the previous drafter ({ws['tokens'] / 1e6:.2f}M tokens, {ws['minutes']} min, distilled on the target's "
+            f"greedy outputs only) re-distilled against the unchanged target for {d['tokens'] / 1e6:.2f}M tokens in "
+            f"{d['minutes']} min ({d['config']['threads']} thread): the first {d['induction_first']:.0%} of tokens "
+            f"random-token induction (copying), then {mix}; the pool is the target's greedy answers to "
+            f"train prompts ({pool}; long context at every length 128–1024). Why: the previous drafter copied nothing "
+            f"from the prompt (see Speculative decoding).")
+
+
+def _acceptance(t: dict) -> str:
+    """Accept length per suite, as the engine serves it; the previous drafter's alongside when it was re-distilled."""
+    acc, before = t["acceptance"], (t.get("drafter") or {}).get("acceptance_before")
+    if "drafter_top1" not in next(iter(acc.values())):  # the first card's measure (transformers assisted decoding)
+        return ("Transformers assisted greedy decoding with the drafter, on test items of each suite: target tokens "
+                "per target forward pass, and the share of items whose assisted output is identical to plain greedy:\n\n"
+                "| suite | accept length | greedy-identical | items |\n|---|---|---|---|\n"
+                + "\n".join(f"| {s} | {a['accept_length']} | {a['greedy_identical'] * 100:.0f}% | {a['items']} |"
+                            for s, a in acc.items()))
+    t06 = next(k for k in next(iter(acc.values())) if k.startswith("accept_length_t"))
+    head = ("As the embedded server reports it (`spec_accept_length`, SGLang's measure; `qverify.reference.spec_accept`): "
+            "tokens generated, the EOS included, per target verify step of 4 drafted tokens, on test items of each "
+            "suite, greedy and at T " + t06.removeprefix("accept_length_t") + " (seeded); *max* is what a drafter "
+            "that is always right would reach on these answers (short answers cap it); *drafter top-1*: how often the "
+            "drafter's greedy token is the target's, on the target's greedy output; *greedy-identical*: assisted "
+            "greedy output equal to plain greedy (the engine accepts only the target's own tokens).\n\n"
+            "| suite | accept length (greedy) | at T " + t06.removeprefix("accept_length_t") + " | max | drafter top-1 "
+            "| answer tokens | greedy-identical | items |" + (" previous drafter (greedy / top-1) |" if before else "")
+            + "\n|---|---|---|---|---|---|---|---|" + ("---|" if before else ""))
+    rows = [f"| {s} | {a['accept_length']} | {a[t06]} | {a['max_attainable']} | {a['drafter_top1']} | "
+            f"{a['answer_tokens_mean']} | {a['greedy_identical'] * 100:.0f}% | {a['items']} |"
+            + (f" {before[s]['accept_length']} / {before[s]['drafter_top1']} |" if before else "") for s, a in acc.items()]
+    return "\n".join([head, *rows])
 
 
 def card(t: dict, qs: dict | None = None) -> str:
@@ -118,8 +160,6 @@ def card(t: dict, qs: dict | None = None) -> str:
     init = (f"warm-started from the previous qverify-tiny ({ws['tokens'] / 1e6:.1f}M tokens, {ws['minutes']} min, "
             "trained on the first coding generator), then " if ws else "trained from scratch, then ")
     held = "\n".join(f"| {k} | {v} |" for k, v in sorted(t["test"].items()))
-    accept = "\n".join(f"| {s} | {a['accept_length']} | {a['greedy_identical'] * 100:.0f}% | {a['items']} |"
-                       for s, a in t["acceptance"].items())
     d = t.get("data") or {}
     dedupe = "\n".join(
         f"| {s} | {st['drawn']} | {st['other_split']} | {st['duplicate_behaviour']} | {d.get('leaks_vs_train_300', {}).get(s, '–')} |"
@@ -170,8 +210,7 @@ on which it differs.
 - The first model's curriculum (from scratch): an induction warm-up on random token ids repeated once, then
   chat-wrapped copy, then the task mix with long context ramped 128 → 1024. Why: every suite needs copying
   from the prompt, and a first run without it never learned to copy (coding 0%, toolcall 1.7%, longctx 0%).
-- Drafter: warm-started likewise and distilled on the target's own greedy outputs for train prompts,
-  {t['drafter']['tokens'] / 1e6:.2f}M tokens in {t['drafter']['minutes']} min.
+- Drafter: {_drafter_line(t['drafter'])}
 - Whole script: {t['total_wall_minutes']} min wall on a shared machine. Config and curve: `training.json`.{notes}
 
 ### Learning curve (greedy; validation, {c['eval_n']} items per suite, unless marked)
@@ -192,12 +231,7 @@ Greedy, bf16 weights, straight on the model (`qverify.reference.evaluate`, {t.ge
 {held}
 
 ## Speculative decoding
-Transformers assisted greedy decoding with the drafter, on test items of each suite: target tokens per
-target forward pass, and the share of items whose assisted output is identical to plain greedy:
-
-| suite | accept length | greedy-identical | items |
-|---|---|---|---|
-{accept}
+{_acceptance(t)}
 
 ## Quantization sensitivity
 {sensitivity_table(qs)}

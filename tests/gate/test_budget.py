@@ -58,7 +58,14 @@ def _key(suite: str) -> str:
 
 
 def _gate(wd: Path, base: str, cand: str):
-    return lambda suites, level: run_gate(wd, base, [cand], suites, QVerifyConfig(alpha=level), write=False)
+    return lambda suites, look: run_gate(wd, base, [cand], suites, QVerifyConfig(alpha=0.05), write=False, look=look)
+
+
+def test_a_time_budget_plans_the_configured_looks_a_request_budget_buys_its_own():
+    assert make_plan(["coding"], {"coding": 200}, 3, 2, 0.05, "10m").looks == 8
+    four = make_plan(["coding"], {"coding": 200}, 3, 2, 0.05, "10m", time_looks=4)
+    assert four.looks == 4 and four.levels()[0] > make_plan(["coding"], {"coding": 200}, 3, 2, 0.05, "10m").levels()[0]
+    assert make_plan(["coding"], {"coding": 200}, 3, 2, 0.05, "3600", time_looks=4).looks == 3
 
 
 def test_parse_budget():
@@ -75,7 +82,21 @@ def test_a_clear_regression_fails_at_the_first_look_and_stops(tmp_path):
     plan = make_plan(["coding"], {"coding": 200}, K, 2, 0.05, "12000")
     rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["bad"], plan, ev, _gate(tmp_path, "base", "bad"))
     assert plan.looks == 10 and len(looks) == 1 and rep.verdict == "FAIL"
-    assert looks[0].requests == 2 * K * 200 and looks[0].level == pytest.approx(0.05 * 0.1 ** 2)
+    assert looks[0].requests == 2 * K * 200 and looks[0].level == pytest.approx(plan.levels()[0])
+
+
+def test_a_failed_build_gets_no_more_rounds(tmp_path):
+    """coding FAILs at look 1; longctx (noisy, identical builds) is undecided, but the build's verdict is FAIL
+    whatever it would show, so no second round is run."""
+    rng = np.random.default_rng(6)
+    pc, pl = _outcomes(rng, NMAX), np.full(NMAX, 0.5)
+    probs = {"base": {"coding": pc, "longctx": pl}, "bad": {"coding": _outcomes(rng, NMAX, 0.3, pc), "longctx": pl}}
+    ev = Rounds(tmp_path, probs, unseeded=("longctx",))
+    plan = make_plan(["coding", "longctx"], {"coding": 200, "longctx": 200}, K, 2, 0.05, "24000")
+    rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["bad"], plan, ev, _gate(tmp_path, "base", "bad"))
+    verdicts = {m.metric: m.verdict for m in rep.candidates[0].metrics if m.gated}
+    assert rep.verdict == "FAIL" and verdicts["coding/pass@1"] == "FAIL" and len(looks) == 1
+    assert "INCONCLUSIVE" in verdicts.values()  # longctx was left undecided, not run on
 
 
 def test_undecided_suites_get_the_next_round_decided_ones_stop(tmp_path):
@@ -94,6 +115,10 @@ def test_undecided_suites_get_the_next_round_decided_ones_stop(tmp_path):
     assert all(len(lk.metrics["same"]) >= 1 for lk in looks)  # each look records the undecided metrics' bounds
     seq = rep.config["sequential"]
     assert len(seq["looks"]) == len(looks) and seq["plan"]["looks"] == plan.looks
+    # later looks test FAIL within the family of every gated metric seen at look 1, decided ones included
+    n_gated = len(looks[0].metrics["same"])
+    assert rep.config["look"]["family"] == {"same": n_gated} and rep.config["look"]["look"] == len(looks) > 1
+    assert looks[-1].fail_level == pytest.approx(plan.look_levels(len(looks), {}).fail_level(n_gated))
 
 
 def test_resume_continues_the_sequence(tmp_path):
@@ -129,3 +154,27 @@ def test_a_finite_source_is_exhausted_and_said_so(tmp_path):
     rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["same"], plan, ev, _gate(tmp_path, "base", "same"))
     assert looks[-1].exhausted == ["longctx"] and looks[-1].items["longctx"] == 250
     assert len(looks) == 3  # 100, 200, then 250 of 300 wanted: nothing more to add
+
+
+def test_a_time_budget_runs_the_rounds_that_fit_at_the_last_rounds_pace(tmp_path):
+    """Each new item costs 0.05 s per build on a fake clock. Round 1 (coding + longctx, 300 each, 2 builds)
+    costs 60 s and decides coding; a round of longctx alone then costs 30 s, so rounds 2 and 3 fit a 125 s
+    budget (60 + 30 + 30) and round 4 does not. The old estimate (the mean of past rounds) stopped after 2."""
+    rng = np.random.default_rng(2)
+    pc = _outcomes(rng, NMAX)
+    pl = np.full(NMAX, 0.5)  # unseeded coin flips: 900 items cannot show +-3 points at the looks' levels
+    probs = {"base": {"coding": pc, "longctx": pl}, "same": {"coding": pc, "longctx": pl}}
+    ev = Rounds(tmp_path, probs, unseeded=("longctx",))
+    now, have = [0.0], {}
+
+    def evaluate(build, want):
+        got = ev(build, want)
+        now[0] += 0.05 * sum(n - have.get((build, s), 0) for s, n in got.items())
+        have.update({(build, s): n for s, n in got.items()})
+        return got
+
+    plan = make_plan(["coding", "longctx"], {"coding": 300, "longctx": 300}, K, 2, 0.05, "125s", time_looks=8)
+    rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["same"], plan, evaluate,
+                              _gate(tmp_path, "base", "same"), clock=lambda: now[0])
+    assert [lk.items for lk in looks] == [{"coding": 300, "longctx": 300}, {"longctx": 600}, {"longctx": 900}]
+    assert [round(lk.seconds) for lk in looks] == [60, 90, 120]

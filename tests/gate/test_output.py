@@ -100,3 +100,25 @@ def test_gate_refuses_to_compare_sandboxed_with_unsandboxed(wd):
     assert any("sandbox" in r and "coding" in r for r in c.integrity), c.integrity
     # the comparable suite is still measured; coding is not
     assert {m.metric.split("/")[0] for m in c.metrics} == {"toolcall"}
+
+
+def test_the_sequence_table_keeps_each_metric_on_one_line_in_80_columns():
+    """The per-look table once put every metric of a look in one folded cell (unreadable in a terminal)."""
+    from rich.console import Console
+
+    from qverify.gate.render import render_looks
+    from qverify.models import GateReport
+
+    names = ["coding/pass@1", "verifier/hygiene/leaked_markup", "toolcall/exact_call"]
+    looks = [{"look": j, "level": 0.0093, "items": {"coding": 200 * j, "verifier": 200 * j, "toolcall": 200 * j},
+              "requests": 6000 * j, "seconds": 95.0 * j, "exhausted": [],
+              "metrics": {"cand-1": {n: {"verdict": "INCONCLUSIVE", "delta": -0.01, "lo": -0.051, "hi": 0.032,
+                                         "n": 200 * j} for n in names}}} for j in (1, 2)]
+    report = GateReport(gate_id="g", baseline="b", verdict="INCONCLUSIVE", candidates=[],
+                        config={"sequential": {"id": "seq-1", "plan": {"looks": 8}, "looks": looks}})
+    console = Console(width=80, record=True, color_system=None)
+    render_looks(report, console)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for n in names:
+        assert sum(n in line and "INCONCLUSIVE" in line and "[-0.051, +0.032]" in line for line in lines) == 2

@@ -8,7 +8,7 @@ from scipy import stats as sps
 
 from qverify.gate import design as dz
 from qverify.gate.bounds import CLT_MIN_DISCORDANT, paired_bounds, t_bounds
-from qverify.gate.rule import Evidence, build_verdict, decide, holm
+from qverify.gate.rule import Evidence, build_verdict, decide, holm, step_down
 
 TOL = 0.03
 
@@ -100,6 +100,22 @@ def test_pass_is_intersection_union_and_fail_is_holm():
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     # a refusal elsewhere blocks PASS
     assert build_verdict(decide(ok), ["refused: suite x"])[0] == "INCONCLUSIVE"
+
+
+def test_step_down_is_holm_and_keeps_the_whole_family():
+    """With level alpha/k, step_down rejects exactly where Holm's adjusted p <= alpha; a larger family (metrics
+    decided at earlier looks of the sequential gate still count) makes every threshold stricter."""
+    rng = np.random.default_rng(9)
+    for _ in range(200):
+        p = list(rng.uniform(0, 0.06, rng.integers(1, 8)))
+        assert step_down(p, lambda k: 0.05 / k, len(p)) == [a <= 0.05 for a in holm(p)]
+    assert step_down([0.02], lambda k: 0.05 / k, 1) == [True]
+    assert step_down([0.02], lambda k: 0.05 / k, 3) == [False]  # two PASSed metrics still in the family
+    # decide passes the family on: the same evidence FAILs alone and not in a family of 3
+    d = rng.normal(-0.07, 0.2, 300)
+    assert decide([Evidence("m", "higher", TOL, d)], family=1)[0].verdict == "FAIL"
+    alone = float(decide([Evidence("m", "higher", TOL, d)])[0].bounds.p_fail)
+    assert (decide([Evidence("m", "higher", TOL, d)], family=3)[0].verdict == "FAIL") == (alone <= 0.05 / 3)
 
 
 def test_noise_margin_never_narrows_the_configured_tolerance():

@@ -94,6 +94,25 @@ def test_sampler_draws_from_the_top_p_nucleus():
     assert freq[~keep].sum() == 0
 
 
+def test_nucleus_draws_equal_the_whole_vocabulary_gumbel_max():
+    """The sampler draws noise only for the top-64 candidates when every nucleus fits there; the tokens must be
+    those of Gumbel-max over the whole masked vocabulary with the same (seed, step, token) noise (500 rows)."""
+    from qverify.serve.embedded.sampler import uniform_noise
+
+    g = torch.Generator().manual_seed(0)
+    n, v = 500, 768
+    logits = torch.randn(n, v, generator=g) * 3
+    temp, top_p = torch.full((n,), 0.6), torch.full((n,), 0.95)
+    seeds, steps = torch.randint(0, 2**40, (n,), generator=g), torch.randint(0, 100, (n,), generator=g)
+    z = logits / 0.6
+    probs = torch.softmax(z, -1)
+    sp, si = probs.sort(-1, descending=True)
+    keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, si, (sp.cumsum(-1) - sp) < 0.95)
+    want = (z.masked_fill(~keep, float("-inf")).double() - torch.log(-torch.log(uniform_noise(seeds, steps, v)))).argmax(-1)
+    assert int(keep.sum(-1).max()) < 64  # the case the candidate path serves
+    assert torch.equal(sample(logits, temp, top_p, seeds, steps), want)
+
+
 def test_speculative_greedy_and_seeded_equal_plain_in_one_batch(tiny):
     tok = tiny.tokenizer
     prompts = _prompts(tok, 2)
@@ -128,3 +147,34 @@ def test_short_requests_finish_while_a_long_one_continues(tiny):
     assert all(done[f"short{i}"] < done["long"] for i in range(3))
     assert all(done[f"short{i}"] <= 10 for i in range(3))  # joined at step 6, finished 4 tokens later
     assert eng.stats["max_running"] == 4
+
+
+@torch.no_grad()
+def test_batched_moe_gives_transformers_moe_bits(tiny):
+    """moe.py's sort + per-expert GEMM path must give exactly the MoE block's own output (batches 1..600), and
+    must not take a block with a compressed-tensors scheme (those run as loaded)."""
+    import copy
+
+    from qverify.serve.embedded.moe import moe_forward, plain_fused_experts
+
+    layers = [layer for layer in tiny.model.model.layers if plain_fused_experts(layer.mlp)]
+    assert layers, "qverify-tiny's MoE layers should take the batched path"
+    g = torch.Generator().manual_seed(0)
+    for layer in layers:
+        for n in (1, 7, 60, 600):
+            h = torch.randn(1, n, tiny.model.config.hidden_size, generator=g)
+            assert torch.equal(moe_forward(layer.mlp, h), layer.mlp(h))
+    marked = copy.deepcopy(layers[0].mlp)
+    marked.experts.quantization_scheme = object()
+    assert not plain_fused_experts(marked)
+
+
+def test_banned_tokens_are_never_sampled_per_row():
+    """Each row's banned ids are masked for that row only (the batch's bans are one scatter)."""
+    from qverify.serve.embedded.engine import Engine
+
+    logits = torch.zeros(3, 8)
+    logits[:, 5] = 10.0  # every row's greedy pick is 5 unless banned
+    seqs = [type("S", (), {"req": GenRequest([1], 1, bad_token_ids=b), "seed": 0})() for b in ([5], [], [5, 6])]
+    toks = Engine._sample(None, seqs, logits, torch.zeros(3, dtype=torch.long))
+    assert toks[0] != 5 and toks[1] == 5 and toks[2] not in (5, 6)

@@ -193,3 +193,27 @@ def test_kimi_shaped_int4_experts_match_compressed_tensors_forward(kimi_shaped, 
     got, want = engine_logits(runner, ids, len(ids) // 2), hf_logits(lm.model, ids)
     err = (got - want).abs().max().item()
     assert err < 2e-3 * want.abs().max().item(), f"max |engine - compressed-tensors| = {err}"
+
+
+def test_an_fp8_drafter_is_absorbed_and_speculates(tmp_path):
+    """FP8_DYNAMIC quantizes the drafter's kv_b_proj input; the engine once refused to absorb it, so the server
+    died at start-up on every FP8-drafter build. Absorbed as SGLang absorbs it, the drafter must still be
+    greedy-identical and accept more than one token per verify step."""
+    from qverify.quantize import build
+    from qverify.assets import default_model_dir
+    from qverify.serve.embedded.engine import Engine, GenRequest
+    from qverify.serve.embedded.model_loader import load_for_serving
+    from qverify.suites import get_suite
+
+    lm = load_for_serving(build("fp8drafter", model=default_model_dir(), workdir=tmp_path / "wd", **CALIB).build_dir,
+                          speculative=True)
+    assert lm.drafter is not None
+    assert lm.drafter.model.layers[0].self_attn.kv_b_proj.quantization_scheme.input_activations is not None
+    tok = lm.tokenizer
+    prompts = [tok(tok.apply_chat_template(it.messages, tools=it.tools, tokenize=False, add_generation_prompt=True),
+                   add_special_tokens=False)["input_ids"] for s in ("coding", "toolcall") for it in get_suite(s).items("test", 3)]
+    reqs = lambda: [GenRequest(prompt_ids=p, max_tokens=32, temperature=0.0) for p in prompts]
+    plain = Engine(lm.model, tok).generate(reqs())
+    spec = Engine(lm.model, tok, lm.drafter, spec_tokens=4).generate(reqs())
+    assert [r.token_ids for r in spec] == [r.token_ids for r in plain]
+    assert sum(r.meta_info["spec_accept_length"] for r in spec) / len(spec) > 2.5  # the bf16 drafter: ~4 here

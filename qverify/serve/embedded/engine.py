@@ -1,10 +1,8 @@
 """The embedded server's generation engine: continuous batching over an MLA latent cache, on CPU.
 
-Why not transformers' own continuous batching: `generate_batch` with the paged cache fails on MLA (its cache
-assumes K and V share a head dim: `index_copy_(): ... slice shape: 4 64 ... source slice shape: 4 96` on
-qverify-tiny, re-checked with transformers 5.17), and it would cache expanded per-head K/V, not the latent that
-production caches. And `generate` with a DynamicCache pushes the whole cached latent through kv_b_proj every step
-and re-concatenates the cache (field notes: ~50% matmul + 30% cat/copy, 156 tok/s at batch 64).
+Why not transformers' own continuous batching: `generate_batch`'s paged cache fails on MLA (it assumes K and V
+share a head dim; re-checked with transformers 5.17) and would cache expanded K/V, not production's latent; and
+`generate`'s DynamicCache pushes the whole cached latent through kv_b_proj every step (field notes).
 
 What this engine does (SGLang's design, at CPU scale):
 - continuous batching: requests join after a prefill and leave as soon as they finish, at every step;
@@ -12,8 +10,8 @@ What this engine does (SGLang's design, at CPU scale):
   attention reads its rows once for all of them (mla.py);
 - a vectorized, batch-invariant seeded sampler (sampler.py);
 - speculative decoding across the batch: the drafter proposes `spec_tokens` tokens for every running sequence,
-  the target verifies them all in one forward, and a position's token is accepted when the target, sampling
-  with that position's seeded noise, picks the same token; outputs are thus the same as without a drafter.
+  the target verifies them all in one forward; a position's token is accepted when the target, sampling with
+  that position's seeded noise, picks it, so outputs are the same as without a drafter.
 """
 
 from __future__ import annotations
@@ -80,6 +78,8 @@ class Engine:
         self.running: list[_Seq] = []
         self.prompts: OrderedDict[tuple[int, ...], _Prompt] = OrderedDict()
         self._serial = 0
+        self._groups_cache: dict[bool, tuple[int, list]] = {}
+        self._running_version = 0  # bumped whenever `running` changes (membership or order)
         self.stats = {"requests": 0, "batches": 0, "steps": 0, "prefill_tokens": 0, "shared_prefills": 0,
                       "max_running": 0, "spec_tokens": 0, "spec_verify": 0}
 
@@ -125,7 +125,7 @@ class Engine:
     def fail_all(self, exc: BaseException) -> None:
         for s in [*self.running, *self.waiting]:
             s.done(None, exc)
-        self.running.clear()
+        self.running.clear()  # (no version bump: nothing decodes before an admission bumps it)
         self.waiting.clear()
         self.prompts.clear()
 
@@ -175,6 +175,7 @@ class Engine:
                 self._emit(s, [t], row[None])
                 if s.finish is None:
                     self.running.append(s)
+                    self._running_version += 1
                 else:
                     self._done(s)
         self._evict()
@@ -208,11 +209,14 @@ class Engine:
 
     # ---- decoding ----
     def _groups(self, draft: bool) -> list[tuple[PromptKV, torch.Tensor]]:
-        by: dict[int, tuple[PromptKV, list[int]]] = {}
-        for i, s in enumerate(self.running):
-            kv = s.prompt.draft_kv if draft else s.prompt.kv
-            by.setdefault(s.prompt.serial, (kv, []))[1].append(i)
-        return [(by[k][0], torch.tensor(by[k][1])) for k in sorted(by)]
+        """Running sequences by prompt; the same list until `running` changes (the runner keeps its read plan)."""
+        key = self._running_version
+        if self._groups_cache.get(draft, (None,))[0] != key:
+            by: dict[int, tuple[PromptKV, list[int]]] = {}
+            for i, s in enumerate(self.running):
+                by.setdefault(s.prompt.serial, (s.prompt.draft_kv if draft else s.prompt.kv, []))[1].append(i)
+            self._groups_cache[draft] = (key, [(by[k][0], torch.tensor(by[k][1])) for k in sorted(by)])
+        return self._groups_cache[draft][1]
 
     def _decode_step(self) -> None:
         run = self.running
@@ -273,10 +277,10 @@ class Engine:
 
     def _sample(self, seqs: list[_Seq], logits: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
         banned = None
-        if any(s.req.bad_token_ids for s in seqs):
+        if any(s.req.bad_token_ids for s in seqs):  # one scatter for the whole batch, not one per row
             banned = torch.zeros(len(seqs), logits.shape[-1], dtype=torch.bool)
-            for i, s in enumerate(seqs):
-                banned[i, s.req.bad_token_ids] = True
+            at = [(i, t) for i, s in enumerate(seqs) for t in s.req.bad_token_ids]
+            banned[torch.tensor([i for i, _ in at]), torch.tensor([t for _, t in at])] = True
         return sample(logits, torch.tensor([s.req.temperature for s in seqs]), torch.tensor([s.req.top_p for s in seqs]),
                       torch.tensor([s.seed for s in seqs], dtype=torch.long), steps, banned)
 
@@ -318,6 +322,7 @@ class Engine:
                     self.draft.move_slot(last, i, moved.draft_len)
                 self.running[i] = moved
             self.running.pop()
+            self._running_version += 1
             self._done(s)
 
     def _done(self, s: _Seq) -> None:

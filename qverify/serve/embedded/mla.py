@@ -29,7 +29,11 @@ def effective_weight(linear: torch.nn.Module) -> torch.Tensor:
     """The weight a compressed-tensors Linear multiplies by (its run-time weight fake quant applied), fp32.
 
     Absorption multiplies kv_b_proj's weight into the query and output, so it must be the weight compressed-tensors'
-    forward would use; an activation-quantized kv_b_proj cannot be absorbed (its input is the cache itself).
+    forward would use. An activation-quantized kv_b_proj (FP8_DYNAMIC on the drafter: W8A8, per-token input) is
+    absorbed as SGLang 0.5.23 absorbs it (deepseek_weight_loader.post_load_weights: the FP8 weight becomes w_kc/w_vc,
+    and the latent is never passed through kv_b_proj, so its input quantization has nothing to act on). What is not
+    emulated: SGLang re-scales that weight per tensor and runs the absorbed bmm in FP8 on a per-tensor-quantized
+    query; here the absorbed product stays fp32 on the per-channel fake-quantized weight.
     """
     w = linear.weight.data
     scheme = getattr(linear, "quantization_scheme", None)
@@ -38,8 +42,6 @@ def effective_weight(linear: torch.nn.Module) -> torch.Tensor:
         from compressed_tensors.quantization import QuantizationStatus
         from compressed_tensors.quantization.lifecycle.forward import forward_quantize
 
-        if scheme.input_activations is not None:
-            raise NotImplementedError("kv_b_proj with quantized input activations cannot be absorbed into MLA")
         if scheme.weights is not None and status < QuantizationStatus.COMPRESSED:
             w = forward_quantize(linear, w, "weight", scheme.weights)
     return w.float()
@@ -119,6 +121,20 @@ def _partial(s: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch
     return m, e.sum(-1, keepdim=True), torch.matmul(e, values)
 
 
+FLASH_MIN_ROWS = 32  # latent rows from which the fused kernel beats two GEMMs (A/B in whole decode steps, 60 sequences)
+_FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+
+def _flash_partial(q: torch.Tensor, rows: torch.Tensor, mask: torch.Tensor | None, C: int):
+    """The same pieces from torch's fused CPU flash kernel, for q [N, R, W] against rows [N, L, W]: (log-sum-exp,
+    None (a row sum of 1), normalised output). It reads each latent row once for scores and values (the two-GEMM form reads it twice,
+    and at 4 query rows per latent row the GEMMs are bound by those reads); V is the full row so the fused path
+    applies (it wants V as wide as K), and the rope columns of the output are dropped."""
+    o, lse = _FLASH(q[:, None], rows[:, None], rows[:, None], 0.0, False,
+                    attn_mask=None if mask is None else mask[:, None], scale=1.0)[:2]
+    return lse[:, 0, :, None], None, o[:, 0, :, :C]
+
+
 class PromptTable:
     """Live prompts' rows in one padded, persistent buffer [layers, slots, P, width], so a decode step reads every
     prompt with one batched GEMM. A prompt's rows are copied in once, when it first decodes; its slot is freed
@@ -179,6 +195,7 @@ class PromptPlan:
             self.order = torch.cat([idx for _, idx in groups])
             self.inv = torch.empty_like(self.order)
             self.inv[self.order] = torch.arange(B)
+            self.identity = torch.equal(self.order, torch.arange(B))
             return
         slots = table.sync([kv for kv, _ in groups])
         S = max(slots) + 1
@@ -197,6 +214,8 @@ class PromptPlan:
             gather[s, : len(idx)] = idx
             self.seq_pos[idx] = s * self.k + torch.arange(len(idx))
         self.gather = gather.view(-1)
+        # replicates admitted together sit in consecutive slots, in prompt order: then both gathers are no-ops
+        self.identity = S * self.k == B and torch.equal(self.gather, torch.arange(B))
 
     def attend(self, q: torch.Tensor, layer: int, C: int):
         """Softmax pieces of every sequence's prompt part, each [B, R, *]."""
@@ -204,16 +223,26 @@ class PromptPlan:
         if self.batched:
             G = self.table.shape[1]
             rows = self.table[layer]  # [S, P, width]; a free slot's rows are masked out (its length is 0)
-            qg = q[self.gather].view(G, self.k * R, W)
-            m, l, o = _partial(torch.baddbmm(self.mask, qg, rows.transpose(1, 2)), rows[..., :C])
-            return (x.view(G * self.k, R, -1)[self.seq_pos] for x in (m, l, o))
-        qo = q[self.order].view(-1, W)  # sequences regrouped by prompt, so each prompt's queries are one slice
+            qg = (q if self.identity else q[self.gather]).view(G, self.k * R, W)
+            if rows.shape[1] >= FLASH_MIN_ROWS:
+                m, l, o = _flash_partial(qg, rows, self.mask, C)
+            else:
+                m, l, o = _partial(torch.baddbmm(self.mask, qg, rows.transpose(1, 2)), rows[..., :C])
+            if self.identity:
+                return (None if x is None else x.view(B, R, -1) for x in (m, l, o))
+            return (None if x is None else x.view(G * self.k, R, -1)[self.seq_pos] for x in (m, l, o))
+        qo = (q if self.identity else q[self.order]).view(-1, W)  # regrouped by prompt: each prompt's queries a slice
         parts, at = [], 0
         for kv, idx in self.groups:
             rows, n = kv.rows[layer], len(idx) * R
-            parts.append(_partial(torch.mm(qo[at: at + n], rows.t()), rows[:, :C]))
+            if rows.shape[0] >= FLASH_MIN_ROWS:
+                m, _, o = _flash_partial(qo[None, at: at + n], rows[None], None, C)
+                parts.append((m[0], torch.ones_like(m[0]), o[0]))
+            else:
+                parts.append(_partial(torch.mm(qo[at: at + n], rows.t()), rows[:, :C]))
             at += n
-        return (torch.cat([pt[i] for pt in parts]).view(B, R, -1)[self.inv] for i in range(3))
+        out = (torch.cat([pt[i] for pt in parts]).view(B, R, -1) for i in range(3))
+        return out if self.identity else (x[self.inv] for x in out)
 
 
 def decode_attention(q: torch.Tensor, gen: torch.Tensor, gen_mask: torch.Tensor, prompts: PromptPlan, layer: int,
@@ -224,8 +253,13 @@ def decode_attention(q: torch.Tensor, gen: torch.Tensor, gen_mask: torch.Tensor,
     (a view of the preallocated buffer, new rows already written); gen_mask [B, R, G] additive (causal + length).
     Returns [B, R, C].
     """
-    m_g, l_g, o_g = _partial(torch.baddbmm(gen_mask, q, gen.transpose(1, 2)), gen[..., :C])
+    if gen.shape[1] >= FLASH_MIN_ROWS:
+        m_g, l_g, o_g = _flash_partial(q, gen, gen_mask, C)
+    else:
+        m_g, l_g, o_g = _partial(torch.baddbmm(gen_mask, q, gen.transpose(1, 2)), gen[..., :C])
     m_p, l_p, o_p = prompts.attend(q, layer, C)
+    if l_p is None and l_g is None:  # both normalised, m = log-sum-exp: the merge is a sigmoid-weighted blend
+        return torch.lerp(o_g, o_p, torch.sigmoid(m_p - m_g))
     m = torch.maximum(m_g, m_p)
     a, b = torch.exp(m_p - m), torch.exp(m_g - m)
-    return (o_p * a + o_g * b) / (l_p * a + l_g * b)
+    return (o_p * a + o_g * b) / ((1.0 if l_p is None else l_p) * a + (1.0 if l_g is None else l_g) * b)

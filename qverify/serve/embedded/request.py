@@ -38,8 +38,24 @@ class GenResult:
     n_generated: int = 0
 
 
+_ID_STRINGS: dict[int, tuple[Any, list]] = {}  # id(tokenizer) -> (tokenizer, its tokens by id)
+
+
+def _token_strings(tok) -> list:
+    """convert_ids_to_tokens for the whole vocabulary, once per tokenizer: echo logprobs name ~10 tokens per prompt
+    position, and one call per id was most of an echo request's time."""
+    hit = _ID_STRINGS.get(id(tok))
+    if hit is None or hit[0] is not tok:
+        hit = _ID_STRINGS[id(tok)] = (tok, list(tok.convert_ids_to_tokens(list(range(len(tok))))))
+    return hit[1]
+
+
 def lp_row(tok, out: list, t: int, lp: float | None, top: list[tuple[int, float]]) -> None:
-    conv = tok.convert_ids_to_tokens
+    names = _token_strings(tok)
+
+    def conv(i: int):
+        return names[i] if 0 <= i < len(names) else tok.convert_ids_to_tokens(i)
+
     out.append({"token": conv(t), "logprob": lp, "top": {conv(i): v for i, v in top}})
 
 
@@ -64,9 +80,9 @@ def build_result(tok, r: GenRequest, tokens: list[int], finish: str | None, lps:
         ids = torch.tensor(prompt_ids)
         chosen = prompt_logp[:-1].gather(1, ids[1:, None])[:, 0].tolist()
         top = prompt_logp[:-1].topk(r.prompt_logprobs, -1) if r.prompt_logprobs > 0 else None
+        top_i, top_v = (top.indices.tolist(), top.values.tolist()) if top is not None else ([], [])
         for j, t in enumerate(prompt_ids[1:]):
-            alts = list(zip(top.indices[j].tolist(), top.values[j].tolist())) if top is not None else []
-            lp_row(tok, plp, t, chosen[j], alts)
+            lp_row(tok, plp, t, chosen[j], list(zip(top_i[j], top_v[j])) if top is not None else [])
     return GenResult(token_ids=new, text=text, finish_reason=finish,
                      logprobs=lps[: len(new)] if r.want_logprobs else None, meta_info=meta, prompt_logprobs=plp,
                      n_generated=len(tokens))

@@ -20,6 +20,7 @@ import torch
 
 from qverify.serve.embedded.kv_fp8 import ScaleMode, kv_quant_enabled, latent_scale
 from qverify.serve.embedded.mla import MLALayer, PromptPlan, PromptTable, decode_attention
+from qverify.serve.embedded.moe import moe_forward, plain_fused_experts
 
 
 @dataclass
@@ -40,11 +41,13 @@ class ModelRunner:
             if fp8_kv and kv_quant_enabled(a):
                 scale = latent_scale(a, i, a.kv_lora_rank, a.qk_rope_head_dim, scale_mode, sglang_scales)
             self.mla.append(MLALayer(a, self.cfg, scale))
+        self.batched_moe = [plain_fused_experts(layer.mlp) for layer in self.layers]
         self.width = self.mla[0].width
         self.C = self.mla[0].C
         self.slots = slots
         self.gen = torch.zeros(len(self.layers), slots, cap, self.width)
         self.table = PromptTable(len(self.layers), self.width)  # live prompts, padded, for batched decode reads
+        self._plan: tuple[list, PromptPlan] | None = None
 
     @property
     def fp8_kv(self) -> bool:
@@ -69,9 +72,11 @@ class ModelRunner:
         cos, sin = self.model.model.rotary_emb(x, positions[None])
         return x, cos, sin
 
-    def _mlp(self, layer, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+    def _mlp(self, li: int, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+        layer = self.layers[li]
         x = x + layer.self_attn.o_proj(attn_out[None])
-        return x + layer.mlp(layer.post_attention_layernorm(x))
+        h = layer.post_attention_layernorm(x)
+        return x + (moe_forward(layer.mlp, h) if self.batched_moe[li] else layer.mlp(h))
 
     def _logits(self, x: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
         x = self.model.model.norm(x)[0]
@@ -96,7 +101,7 @@ class ModelRunner:
                 kv.rows[li] = p.latent[sl]
                 outs.append(mla.prefill(type(p)(p.q_nope[sl], p.q_rot[sl], p.latent[sl])))
                 start += n
-            x = self._mlp(layer, x, torch.cat(outs))
+            x = self._mlp(li, x, torch.cat(outs))
         return kvs, self._logits(x, logit_rows)
 
     @torch.no_grad()
@@ -114,12 +119,14 @@ class ModelRunner:
         mask = mask[:, :, None, :].expand(B, n, H, G).reshape(B, n * H, G)
         write = (gen_len[:, None] + torch.arange(n)[None, :]).reshape(-1)
         slot = torch.arange(B).repeat_interleave(n)
-        plan = PromptPlan(groups, B, self.table)
+        if self._plan is None or self._plan[0] is not groups:  # the engine passes the same list while nothing joins/leaves
+            self._plan = (groups, PromptPlan(groups, B, self.table))
+        plan = self._plan[1]
         x, cos, sin = self._embed(ids.reshape(-1), positions.reshape(-1))
         for li, (layer, mla) in enumerate(zip(self.layers, self.mla)):
             p = mla.project(layer.input_layernorm(x), cos, sin)
             self.gen[li, slot, write] = p.latent
             q = mla.absorbed_query(p).view(B, n * H, self.width)
             o = decode_attention(q, self.gen[li, :B, :G], mask, plan, li, self.C)
-            x = self._mlp(layer, x, mla.output(o.view(B * n, H, self.C)))
+            x = self._mlp(li, x, mla.output(o.view(B * n, H, self.C)))
         return self._logits(x, None).view(B, n, -1)

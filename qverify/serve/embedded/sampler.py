@@ -24,18 +24,23 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def uniform_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
-    """[R, vocab] uniforms in (0, 1), a pure function of (seed, step, token id) per row.
+def uniform_noise(seeds: torch.Tensor, steps: torch.Tensor, tokens: int | torch.Tensor) -> torch.Tensor:
+    """Uniforms in (0, 1), a pure function of (seed, step, token id) per row: [R, vocab] for every token id when
+    `tokens` is the vocabulary size, else [R, T] for the token ids in `tokens` [R, T] (the same values).
 
     The inputs are absorbed one at a time (h = mix(h ^ value + constant)), so no two inputs cancel each other.
     """
-    tok = torch.arange(vocab, dtype=torch.int64)[None, :]
+    tok = torch.arange(tokens, dtype=torch.int64)[None, :] if isinstance(tokens, int) else tokens.long()
     h = _mix32((seeds[:, None] & _M32) ^ 0x243F6A88)
     h = _mix32(h ^ (((seeds[:, None] >> 32) + 0x85A308D3) & _M32))
     h = _mix32(h ^ ((steps[:, None] * 0x9E3779B1 + 0x13198A2E) & _M32))
     hi = _mix32(_mix32(h ^ tok) ^ 0x03707344)
     lo = _mix32(_mix32(hi ^ tok) ^ 0xA4093822)
     return ((hi << 21 | lo >> 11).double() + 0.5) / float(1 << 53)
+
+
+def _gumbel(u: torch.Tensor) -> torch.Tensor:
+    return -torch.log(-torch.log(u))
 
 
 def sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, seeds: torch.Tensor,
@@ -55,12 +60,20 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
         probs = torch.softmax(z, -1)
         # the nucleus is usually a few dozen tokens: rank the top 64 only, unless some row's nucleus is wider
         sp, si = probs.topk(min(64, probs.shape[-1]), -1)
-        if bool((sp.sum(-1) < p).any()):
+        full = bool((sp.sum(-1) < p).any())
+        if full:
             sp, si = probs.sort(-1, descending=True)
         keep_sorted = (sp.cumsum(-1) - sp) < p[:, None]  # the smallest prefix reaching top_p
+        if not full and bool((p < 1).all()):
+            # every row's nucleus is among its top 64: noise for those tokens only (the same values as over the
+            # whole vocabulary, the hash being per token id), and the argmax among them
+            zs = z.gather(1, si).masked_fill(~keep_sorted, float("-inf"))
+            g = _gumbel(uniform_noise(seeds[rows], steps[rows], si))
+            out[rows] = si.gather(1, (zs.double() + g).argmax(-1, keepdim=True))[:, 0]
+            return out
         keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, si, keep_sorted)
         z = z.masked_fill(~keep, float("-inf"))
-    g = -torch.log(-torch.log(uniform_noise(seeds[rows], steps[rows], z.shape[-1])))
+    g = _gumbel(uniform_noise(seeds[rows], steps[rows], z.shape[-1]))
     out[rows] = (z.double() + g).argmax(-1)
     return out
 
