@@ -170,6 +170,30 @@ def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str] | 
                                     versions=_versions(), show_progress=show_progress))
 
 
+def evaluate_builds(workdir: Workdir, build_refs: list[str], spec: EvalSpec, show_progress: bool = True,
+                    warn: Callable[[str], None] | None = None) -> None:
+    """Evaluate several builds on the same spec. On the embedded backend they run at the same time, each on
+    its own one-thread server: the embedded server computes on one thread (torch.set_num_threads(1): more
+    threads are slower at these sizes), so one build at a time left the other core of a 2-core box idle.
+    A GPU server (sglang), a remote endpoint or a fixed --port runs them one after another. Progress bars
+    are off when builds run together (one live display per terminal)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    serving = spec.serving or ServingProfile()
+    workers = min(len(build_refs), os.cpu_count() or 1) if serving.backend == "local" and spec.port is None else 1
+    if workers <= 1:
+        for b in build_refs:
+            evaluate_build(workdir, b, spec=spec, show_progress=show_progress, warn=warn)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="eval") as pool:
+        done = [pool.submit(evaluate_build, workdir, b, spec=spec, show_progress=False, warn=warn) for b in build_refs]
+        for f in done:  # every build's results are written before the first error is raised
+            f.exception()
+        for f in done:
+            f.result()
+
+
 def suites_for_recipes(suites: list[str], recipes: list[str]) -> list[str]:
     """The configured suites, plus `greedy` when a candidate changes the drafter: its quality must then be
     unchanged under greedy decoding, which only the greedy-output comparison shows."""
@@ -203,8 +227,8 @@ def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates:
     sv = cfg.serving
     spec = EvalSpec.from_config(cfg, suites=suites,
                                 serving=resolve_profile(sv.backend, sv.profile, sv.endpoint, sv.api_key_env))
-    for r in results if evaluate else []:  # `gate --budget` evaluates in rounds itself
-        say(f"eval {r.manifest.build_id} ({', '.join(suites)}, {spec.replicates} replicates) …")
-        evaluate_build(workdir, r.manifest.build_id, spec=spec, show_progress=not quiet,
-                       warn=out.warn if out is not None else None)
+    if evaluate:  # `gate --budget` evaluates in rounds itself
+        ids = [r.manifest.build_id for r in results]
+        say(f"eval {', '.join(ids)} ({', '.join(suites)}, {spec.replicates} replicates) …")
+        evaluate_builds(workdir, ids, spec, show_progress=not quiet, warn=out.warn if out is not None else None)
     return results[0].manifest.build_id, [r.manifest.build_id for r in results[1:]]

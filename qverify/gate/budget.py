@@ -35,7 +35,7 @@ from qverify.gate.boundaries import SPEND_GAMMA, LookLevels, nominal_levels
 from qverify.models import CandidateReport, GateReport, MetricResult, content_hash
 
 MAX_LOOKS = 8
-EvalFn = Callable[[str, dict[str, int]], dict[str, int]]  # (build id, {suite: items}) -> items each run now has
+EvalFn = Callable[[list[str], dict[str, int]], list[dict[str, int]]]  # (build ids, {suite: items}) -> per build, items its runs now have
 
 
 def parse_budget(text: str) -> tuple[int | None, float | None]:
@@ -101,7 +101,7 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
                  ) -> tuple[GateReport, list[Look]]:
     """Rounds until every gated metric of every candidate is decided or the plan/budget ends.
 
-    evaluate(build, {suite: n}) brings the build's runs to their first n items;
+    evaluate(builds, {suite: n}) brings each build's runs to their first n items (the builds may run at once);
     gate(suites, look) gates all candidates on those suites at that look's levels (LookLevels).
     """
     seq_id = "seq-" + content_hash({"baseline": baseline, "candidates": candidates, "plan": asdict(plan)}, 12)
@@ -127,7 +127,7 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
         if plan.budget_seconds is not None and looks and spent_s + _next_round_s(looks, want) > plan.budget_seconds:
             break
         t0 = clock()
-        got = [evaluate(b, want) for b in [baseline, *candidates]]
+        got = evaluate([baseline, *candidates], want)
         items = {s: min(g[s] for g in got) for s in open_suites}
         exhausted |= {s for s in open_suites if items[s] < want[s]}  # a finite source: no more held-out items
         spent_s += clock() - t0

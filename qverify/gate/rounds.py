@@ -13,7 +13,7 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
                    budget: str, show_progress: bool = True) -> tuple[GateReport, list[Look], Plan]:
     from qverify.evals.store import RunStore
     from qverify.gate.gate import run_gate, write_report
-    from qverify.pipeline import EvalSpec, evaluate_build
+    from qverify.pipeline import EvalSpec, evaluate_builds
     from qverify.serve.profile import resolve_profile
     from qverify.suites import get_suite
 
@@ -22,15 +22,15 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
     sv = cfg.serving
     serving = resolve_profile(sv.backend, sv.profile, sv.endpoint, sv.api_key_env)
 
-    def evaluate(build: str, want: dict[str, int]) -> dict[str, int]:
-        for n in sorted(set(want.values())):  # one server session per distinct item count
+    def evaluate(builds: list[str], want: dict[str, int]) -> list[dict[str, int]]:
+        for n in sorted(set(want.values())):  # one server session per build and distinct item count
             group = [s for s, m in want.items() if m == n]
             spec = EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving)
-            evaluate_build(wd, build, spec=spec, show_progress=show_progress)
-        got = {}
-        for s in want:
-            m = RunStore(wd.runs / build / s).read_manifest()
-            got[s] = m.n_items if m is not None else 0
+            evaluate_builds(wd, builds, spec, show_progress=show_progress)
+        got = []
+        for build in builds:
+            ms = {s: RunStore(wd.runs / build / s).read_manifest() for s in want}
+            got.append({s: m.n_items if m is not None else 0 for s, m in ms.items()})
         return got
 
     def gate(open_suites: list[str], look: LookLevels) -> GateReport:

@@ -32,7 +32,7 @@ def show_upload(out: Any, res: Any) -> None:
     if res.superseded:
         out.info(f"marked {len(res.superseded)} run(s) of an earlier partial upload superseded and FAILED")
     for v in res.registered:
-        out.info(f"registered {v.name} version {v.version} (build {v.build_id[:12]})" + (f", alias {v.alias}" if v.alias else ""))
+        out.info(f"registered {v.name} version {v.version} (build {v.build_id})" + (f", alias {v.alias}" if v.alias else ""))
 
 
 def report_after_gate(workdir: Path | Workdir, gate_id: str, tracking_uri: str | None = None, *, registry: bool = True, out: Any = None) -> int:

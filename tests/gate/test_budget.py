@@ -42,7 +42,10 @@ class Rounds:
         for b in probs:
             synth.write_build(wd / "builds", b, b)
 
-    def __call__(self, build: str, want: dict[str, int]) -> dict[str, int]:
+    def __call__(self, builds: list[str], want: dict[str, int]) -> list[dict[str, int]]:
+        return [self.one(b, want) for b in builds]
+
+    def one(self, build: str, want: dict[str, int]) -> dict[str, int]:
         self.calls.append((build, dict(want)))
         out = {}
         for s, n in want.items():
@@ -129,10 +132,10 @@ def test_resume_continues_the_sequence(tmp_path):
     plan = make_plan(["longctx"], {"longctx": 100}, K, 2, 0.05, "6000")
     stop = {"at": 3}
 
-    def flaky(build, want):
+    def flaky(builds, want):
         if want["longctx"] >= stop["at"] * 100:
             raise RuntimeError("server died")
-        return ev(build, want)
+        return ev(builds, want)
 
     root = Workdir.at(tmp_path).gates
     with pytest.raises(RuntimeError):
@@ -167,11 +170,12 @@ def test_a_time_budget_runs_the_rounds_that_fit_at_the_last_rounds_pace(tmp_path
     ev = Rounds(tmp_path, probs, unseeded=("longctx",))
     now, have = [0.0], {}
 
-    def evaluate(build, want):
-        got = ev(build, want)
-        now[0] += 0.05 * sum(n - have.get((build, s), 0) for s, n in got.items())
-        have.update({(build, s): n for s, n in got.items()})
-        return got
+    def evaluate(builds, want):
+        gots = ev(builds, want)
+        for build, got in zip(builds, gots):
+            now[0] += 0.05 * sum(n - have.get((build, s), 0) for s, n in got.items())
+            have.update({(build, s): n for s, n in got.items()})
+        return gots
 
     plan = make_plan(["coding", "longctx"], {"coding": 300, "longctx": 300}, K, 2, 0.05, "125s", time_looks=8)
     rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["same"], plan, evaluate,
