@@ -38,15 +38,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-RECIPE = """description: "Control (damage dial): shared-expert noise {sigma} x RMS, seed {seed}."
-changes: ["shared experts: w += N(0, ({sigma} rms(w))^2), seed {seed}"]
-control: true
-serving:
-  kv_cache_dtype: auto
-corrupt:
-  shared_expert_noise: {sigma}
-  seed: {seed}
-"""
+from damage_dial import RECIPE  # noqa: E402  (the dial's control recipe, one definition)
+
 SALT_BASE, UNCOUPLED, REF_SALT = 1000, 500_000, 999_999  # session k: salt 1000+k; A/A uncoupled: +500000
 KEY_METRICS = ("toolcall/exact_call", "coding/pass@1", "kld/kld")
 

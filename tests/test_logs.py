@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 CODE = ("import os, sys; from pathlib import Path; from qverify.logs import route_library_logs; "
         "route_library_logs(Path(sys.argv[1]), False); print(os.environ['LLM_COMPRESSOR_LOG_FILE'])")
 
@@ -27,22 +29,12 @@ def test_a_users_own_log_file_is_kept(tmp_path):
     assert _routed(tmp_path / "child", LLM_COMPRESSOR_LOG_FILE=mine) == mine
 
 
-def test_torch_warnings_go_to_the_file_not_the_console(tmp_path):
+# the second case: llm-compressor's oneshot path calls torch._logging.set_logs, which puts torch's stderr handlers back
+@pytest.mark.parametrize("after_quiet", ["", "torch._logging.set_logs(); "])
+def test_torch_warnings_go_to_the_file_not_the_console(tmp_path, after_quiet):
     code = ("import logging, sys; from pathlib import Path; import torch; "
             "from qverify.logs import route_library_logs, quiet_heavy_libraries; "
-            "route_library_logs(Path(sys.argv[1]), False); quiet_heavy_libraries(False); "
-            "logging.getLogger('torch.fx._symbolic_trace').warning('is_fx_tracing will return true')")
-    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
-    assert "is_fx_tracing" not in r.stderr + r.stdout
-    assert any("is_fx_tracing" in p.read_text() for p in tmp_path.glob("qverify-*.log"))
-
-
-def test_torch_warnings_stay_off_the_console_after_torch_resets_its_logging(tmp_path):
-    # llm-compressor's oneshot path calls torch._logging.set_logs, which puts torch's stderr handlers back
-    code = ("import logging, sys; from pathlib import Path; import torch; "
-            "from qverify.logs import route_library_logs, quiet_heavy_libraries; "
-            "route_library_logs(Path(sys.argv[1]), False); quiet_heavy_libraries(False); "
-            "torch._logging.set_logs(); "
+            "route_library_logs(Path(sys.argv[1]), False); quiet_heavy_libraries(False); " + after_quiet +
             "logging.getLogger('torch.fx._symbolic_trace').warning('is_fx_tracing will return true')")
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
     assert "is_fx_tracing" not in r.stderr + r.stdout
