@@ -186,11 +186,9 @@ def evaluate_builds(workdir: Workdir, build_refs: list[str], spec: EvalSpec, sho
         for b in build_refs:
             evaluate_build(workdir, b, spec=spec, show_progress=show_progress, warn=warn)
         return
+    # an error leaves the `with` only after the pool has waited for every build: their results are all written
     with ThreadPoolExecutor(workers, thread_name_prefix="eval") as pool:
-        done = [pool.submit(evaluate_build, workdir, b, spec=spec, show_progress=False, warn=warn) for b in build_refs]
-        for f in done:  # every build's results are written before the first error is raised
-            f.exception()
-        for f in done:
+        for f in [pool.submit(evaluate_build, workdir, b, spec=spec, show_progress=False, warn=warn) for b in build_refs]:
             f.result()
 
 

@@ -39,11 +39,13 @@ EvalFn = Callable[[list[str], dict[str, int]], list[dict[str, int]]]  # (build i
 
 
 def parse_budget(text: str) -> tuple[int | None, float | None]:
-    """'4000' -> (4000 requests, None); '10m' / '90s' / '1h' -> (None, seconds)."""
+    """'4000' -> (4000 requests, None); '10m' / '90s' / '1h' -> (None, seconds); nothing, or 0, is BadInput."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
     if not m:
         raise BadInput(f"--budget {text!r} is neither a request count nor a time", fix="pass e.g. --budget 10m or --budget 4000")
     value, unit = float(m.group(1)), m.group(2)
+    if (value if unit else int(value)) <= 0:
+        raise BadInput(f"--budget must be above 0 (got {text})", fix="pass e.g. --budget 10m or --budget 4000")
     if not unit:
         return int(value), None
     return None, value * {"s": 1, "m": 60, "h": 3600}[unit]

@@ -74,8 +74,9 @@ def test_a_time_budget_plans_the_configured_looks_a_request_budget_buys_its_own(
 def test_parse_budget():
     assert parse_budget("4000") == (4000, None) and parse_budget("10m") == (None, 600.0)
     assert parse_budget("90s") == (None, 90.0) and parse_budget("1h") == (None, 3600.0)
-    with pytest.raises(BadInput):
-        parse_budget("ten minutes")
+    for bad in ("ten minutes", "0", "0.5", "0m"):  # nothing to spend is bad input, for the flag and the config
+        with pytest.raises(BadInput):
+            parse_budget(bad)
 
 
 def test_a_clear_regression_fails_at_the_first_look_and_stops(tmp_path):
