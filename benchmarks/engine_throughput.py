@@ -118,9 +118,14 @@ def gemm_flops_per_s(shapes, seconds=0.3):
     return best
 
 
-def linear_flops_per_token(model):
-    """2 x the weights one token multiplies by: attention and dense/shared MLP Linears, top-k routed experts, lm_head."""
-    cfg, total = model.config, 0
+def linear_flops_per_token(model) -> dict[str, float]:
+    """2 x the weights one token multiplies by, split into what each kind of token needs:
+    - "body": attention and dense/shared MLP Linears, top-k routed experts, except kv_b_proj and lm_head;
+    - "kv_b": kv_b_proj (prefill expands every prompt token through it; decode does not run it at all: the absorbed
+      form's q_nope @ W_uk and @ W_uv, counted in attention_flops, are those same weights' FLOPs);
+    - "lm_head": needed only at the rows whose logits are used (a prompt's last token, every token of an echo
+      prompt, every decoded token)."""
+    cfg, out = model.config, {"body": 0.0, "kv_b": 0.0, "lm_head": 0.0}
     for name, mod in model.named_modules():
         w = getattr(mod, "weight", None)
         if not isinstance(w, torch.Tensor) or w.dim() < 2 or "embed" in name or name.endswith("mlp.gate"):
@@ -128,15 +133,34 @@ def linear_flops_per_token(model):
         n = w[0].numel() if w.dim() == 3 else w.numel()  # fused experts [E, out, in]: count one expert
         if ".experts" in name:
             n *= cfg.num_experts_per_tok if w.dim() == 3 else cfg.num_experts_per_tok / cfg.n_routed_experts
-        total += 2 * n
-    return total
+        key = "lm_head" if name == "lm_head" else "kv_b" if name.endswith("kv_b_proj") else "body"
+        out[key] += 2 * n
+    return out
+
+
+def workload_flops(model, lin, reqs, res, old_count: bool = False) -> float:
+    """The FLOPs the engine's work needs: each distinct prompt prefilled once (MHA form), each generated token
+    decoded once (absorbed form). `old_count`: the count before 2026-12-01 (kv_b_proj counted again for every
+    decoded token, beside the absorbed products that replace it; lm_head for every prompt token), kept to
+    compare with earlier figures."""
+    full = lin["body"] + lin["kv_b"] + lin["lm_head"]
+    flops = 0.0
+    echo = {tuple(q.prompt_ids) for q in reqs if q.prompt_logprobs is not None}
+    for p in {tuple(q.prompt_ids) for q in reqs}:  # each distinct prompt is prefilled once
+        flops += sum(lin["body"] + lin["kv_b"] + attention_flops(model, i + 1, True) for i in range(len(p)))
+        flops += lin["lm_head"] * (len(p) if old_count or p in echo else 1)
+    per_decoded = full if old_count else lin["body"] + lin["lm_head"]
+    for r, q in zip(res, reqs):
+        n = len(r.token_ids) + (r.finish_reason == "stop")
+        flops += sum(per_decoded + attention_flops(model, len(q.prompt_ids) + i + 1, False) for i in range(n))
+    return flops
 
 
 def attention_flops(model, context: int, prefill: bool) -> float:
     """MLA attention FLOPs for one token attending to `context` positions, summed over layers."""
     c = model.config
     H, dn, dr, dv, C = c.num_attention_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.kv_lora_rank
-    if prefill:  # MHA form: scores over qk dim, weighted sum over v dim, plus kv_b_proj expanding this token
+    if prefill:  # MHA form: scores over the qk dim, weighted sum over the v dim (kv_b_proj: linear_flops_per_token)
         per = 2 * H * (dn + dr) * context + 2 * H * dv * context
     else:  # absorbed: q_nope @ W_uk, scores over the 576-value latent, sum over the 512 latent, @ W_uv
         per = 2 * H * dn * C + 2 * H * (C + dr) * context + 2 * H * C * context + 2 * H * C * dv
@@ -173,12 +197,8 @@ def main() -> None:
         res = eng.generate(reqs)
         t_eng, w_eng = time.process_time() - t0, time.perf_counter() - w0
         gen = sum(len(r.token_ids) + (r.finish_reason == "stop") for r in res)  # EOS is a generated token too
-        flops = 0.0
-        for p in {tuple(r.prompt_ids) for r in reqs}:  # each distinct prompt is prefilled once
-            flops += sum(lin + attention_flops(model, i + 1, True) for i in range(len(p)))
-        for r, q in zip(res, reqs):
-            n = len(r.token_ids) + (r.finish_reason == "stop")
-            flops += sum(lin + attention_flops(model, len(q.prompt_ids) + i + 1, False) for i in range(n))
+        flops = workload_flops(model, lin, reqs, res)
+        flops_old_count = workload_flops(model, lin, reqs, res, old_count=True)
         old_tps = None
         if args.old_limit:
             old_reqs = requests_for(suite, items[: args.old_limit], args.replicates, tok)
@@ -188,7 +208,7 @@ def main() -> None:
             old_tps = produced / (time.process_time() - t0)
             print(f"  {name} old path: {len(old_reqs)} requests, {produced} tokens, {produced / (time.perf_counter() - w0):.0f} "
                   f"tok/s wall", flush=True)
-        rows.append((name, len(reqs), gen, t_eng, flops, old_tps, eng.stats["shared_prefills"]))
+        rows.append((name, len(reqs), gen, t_eng, flops, old_tps, flops_old_count))
         print(f"  {name}: {len(reqs)} requests, {gen} tokens in {t_eng:.1f} CPU-s ({gen / w_eng:.0f} tok/s wall), "
               f"load {os.getloadavg()[0]:.1f}", flush=True)
     shapes = [(256, model.config.hidden_size, n) for n in (model.config.intermediate_size, 4 * 96, 576, model.config.vocab_size)]
@@ -197,16 +217,18 @@ def main() -> None:
     print(f"\nmodel {lm.info['model_path']}; {args.replicates} replicates; engine max_batch {args.max_batch}; "
           f"1 thread; load average {load[0]:.2f} {load[1]:.2f} (2 cores, shared)")
     print(f"GEMM peak (1 core, fp32, best of {len(shapes)} model shapes): {peak / 1e9:.1f} GFLOP/s; "
-          f"weights {lin / 1e6:.2f} MFLOP/token")
+          f"weights {sum(lin.values()) / 1e6:.2f} MFLOP/token (kv_b_proj {lin['kv_b'] / 1e6:.2f}, "
+          f"lm_head {lin['lm_head'] / 1e6:.2f})")
     print("tok/s per CPU-second:")
     print(f"{'suite':9s} {'reqs':>5s} {'tokens':>7s} {'engine tok/s':>12s} {'old tok/s':>10s} {'limit tok/s':>11s} "
           f"{'engine/old':>10s} {'engine/limit':>12s} {'old/limit':>9s}")
-    tot = [0, 0.0, 0.0, 0.0, 0.0]  # tokens, engine s, flops, old tokens-weighted s
-    for name, n, gen, t, flops, old_tps, _ in rows:
+    tot = [0, 0.0, 0.0, 0.0, 0.0]  # tokens, engine s, flops, old tokens-weighted s, flops (old count)
+    for name, n, gen, t, flops, old_tps, flops_old_count in rows:
         eng_tps, lim_tps = gen / t, gen / (flops / peak)
         tot[0] += gen
         tot[1] += t
         tot[2] += flops
+        tot[4] += flops_old_count
         if old_tps:
             tot[3] += gen / old_tps
         print(f"{name:9s} {n:5d} {gen:7d} {eng_tps:12.0f} {old_tps or float('nan'):10.0f} {lim_tps:11.0f} "
@@ -216,6 +238,8 @@ def main() -> None:
     old_tps = tot[0] / tot[3] if tot[3] else float("nan")
     print(f"{'ALL':9s} {'':5s} {tot[0]:7d} {eng_tps:12.0f} {old_tps:10.0f} {lim_tps:11.0f} {eng_tps / old_tps:10.1f}x "
           f"{eng_tps / lim_tps:11.0%} {old_tps / lim_tps:9.1%}")
+    print(f"engine/limit under the count before 2026-12-01 (kv_b_proj twice per decoded token, lm_head on every "
+          f"prompt token): {eng_tps / (tot[0] / (tot[4] / peak)):.1%} (limit {tot[0] / (tot[4] / peak):.0f} tok/s)")
     print("ALL = each suite's tokens at that suite's rate (the old path's time is extrapolated per suite from its "
           "subset); limit = those tokens' FLOPs / GEMM peak.")
 
