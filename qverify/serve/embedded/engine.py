@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from qverify.serve.embedded.request import GenRequest, GenResult, build_result, lp_row
+from qverify.serve.embedded.request import GenRequest, GenResult, build_result, lp_row, prompt_logprob_rows
 from qverify.serve.embedded.runner import ModelRunner, PromptKV
-from qverify.serve.embedded.sampler import logprob_rows, sample
+from qverify.serve.embedded.sampler import batch_params, logprob_rows, sample
 
 __all__ = ["Engine", "GenRequest", "GenResult"]
 
@@ -40,6 +40,7 @@ class _Prompt:
     draft_kv: PromptKV | None = None
     last_logits: torch.Tensor | None = None
     logp: torch.Tensor | None = None  # [P, V] log-softmax at every position, when echo was asked for
+    echo_rows: dict[int, list] = field(default_factory=dict)  # top-k -> echo logprob rows, built once per prompt
     users: int = 0
     serial: int = 0  # admission order: a stable order for the prompts' table (mla.PromptPlan)
 
@@ -79,6 +80,7 @@ class Engine:
         self.prompts: OrderedDict[tuple[int, ...], _Prompt] = OrderedDict()
         self._serial = 0
         self._groups_cache: dict[bool, tuple[int, list]] = {}
+        self._sampling_cache: tuple[int, tuple] | None = None
         self._running_version = 0  # bumped whenever `running` changes (membership or order)
         self.stats = {"requests": 0, "batches": 0, "steps": 0, "prefill_tokens": 0, "shared_prefills": 0,
                       "max_running": 0, "spec_tokens": 0, "spec_verify": 0}
@@ -170,9 +172,9 @@ class Engine:
         if starting:
             logits = torch.stack([s.prompt.last_logits for s in starting])
             toks = self._sample(starting, logits, torch.zeros(len(starting), dtype=torch.long))
-            for s, t, row in zip(starting, toks.tolist(), logits):
+            for b, (s, t) in enumerate(zip(starting, toks.tolist())):
                 s.draft_pending = [t]
-                self._emit(s, [t], row[None])
+                self._emit(s, [t], logits, b)
                 if s.finish is None:
                     self.running.append(s)
                     self._running_version += 1
@@ -224,10 +226,10 @@ class Engine:
         gl = torch.tensor([s.gen_len for s in run])
         pos = torch.tensor([[len(s.prompt.ids) + s.gen_len] for s in run])
         logits = self.runner.decode(ids, pos, gl, self._groups(False))[:, 0]
-        toks = self._sample(run, logits, torch.tensor([len(s.tokens) for s in run]))
-        for s, t, row in zip(run, toks.tolist(), logits):
+        toks = self._sample(run, logits, torch.tensor([len(s.tokens) for s in run]), cache=True)
+        for b, (s, t) in enumerate(zip(run, toks.tolist())):
             s.gen_len += 1
-            self._emit(s, [t], row[None])
+            self._emit(s, [t], logits, b)
 
     def _spec_step(self) -> None:
         run, k = self.running, self.spec_tokens
@@ -250,7 +252,7 @@ class Engine:
             s.gen_len += 1 + a
             s.draft_len += min(a, k - 1) - (k - 1)  # _propose counted all k - 1 draft rows as valid
             s.draft_pending = ([int(drafts[b, k - 1])] if a == k else []) + [emitted[-1]]
-            self._emit(s, emitted, logits[b, : a + 1])
+            self._emit(s, emitted, logits[b])
 
     def _propose(self, k: int) -> torch.Tensor:
         """The drafter's k greedy tokens per running sequence, after it catches up on what was emitted."""
@@ -275,17 +277,21 @@ class Engine:
                 s.draft_len += 1
         return torch.stack(out, 1)
 
-    def _sample(self, seqs: list[_Seq], logits: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
-        banned = None
-        if any(s.req.bad_token_ids for s in seqs):  # one scatter for the whole batch, not one per row
-            banned = torch.zeros(len(seqs), logits.shape[-1], dtype=torch.bool)
-            at = [(i, t) for i, s in enumerate(seqs) for t in s.req.bad_token_ids]
-            banned[torch.tensor([i for i, _ in at]), torch.tensor([t for _, t in at])] = True
-        return sample(logits, torch.tensor([s.req.temperature for s in seqs]), torch.tensor([s.req.top_p for s in seqs]),
-                      torch.tensor([s.seed for s in seqs], dtype=torch.long), steps, banned)
+    def _sample(self, seqs: list[_Seq], logits: torch.Tensor, steps: torch.Tensor, cache: bool = False) -> torch.Tensor:
+        """`cache`: seqs is `running`; its per-row parameters are reused until `running` changes."""
+        if cache and self._sampling_cache is not None and self._sampling_cache[0] == self._running_version:
+            params = self._sampling_cache[1]
+        else:
+            params = batch_params([(s.req.temperature, s.req.top_p, s.seed, s.req.bad_token_ids) for s in seqs],
+                                  logits.shape[-1])
+            if cache:
+                self._sampling_cache = (self._running_version, params)
+        temperature, top_p, seeds, banned = params
+        return sample(logits, temperature, top_p, seeds, steps, banned)
 
-    def _emit(self, s: _Seq, toks: list[int], logits: torch.Tensor) -> None:
-        """Append tokens (stopping at EOS, max_tokens or a stop string); stream them; record logprobs."""
+    def _emit(self, s: _Seq, toks: list[int], logits: torch.Tensor, at: int = 0) -> None:
+        """Append tokens (stopping at EOS, max_tokens or a stop string); stream them; record logprobs.
+        Token j's logits are row `at + j` of `logits` (sliced only when logprobs are asked for)."""
         r, new = s.req, []
         for j, t in enumerate(toks):
             s.tokens.append(t)
@@ -294,7 +300,7 @@ class Engine:
                 break
             new.append(t)
             if r.want_logprobs:
-                lp, top = logprob_rows(logits[j: j + 1], torch.tensor([t]), r.top_logprobs)
+                lp, top = logprob_rows(logits[at + j: at + j + 1], torch.tensor([t]), r.top_logprobs)
                 lp_row(self.tok, s.lps, t, lp[0], top[0])
             if len(s.tokens) >= r.max_tokens:
                 s.finish = "length"
@@ -328,7 +334,13 @@ class Engine:
     def _done(self, s: _Seq) -> None:
         s.prompt.users -= 1
         try:
-            res = build_result(self.tok, s.req, s.tokens, s.finish, s.lps, s.prompt.ids, s.prompt.logp,
+            k, p = s.req.prompt_logprobs, s.prompt
+            echo = None
+            if k is not None and p.logp is not None:
+                echo = p.echo_rows.get(k)
+                if echo is None:  # replicates echo the same prompt: its rows are built once and shared
+                    echo = p.echo_rows[k] = prompt_logprob_rows(self.tok, p.ids, p.logp, k)
+            res = build_result(self.tok, s.req, s.tokens, s.finish, s.lps, echo,
                                s.verify_ct if self.draft is not None else 0)
         except Exception as e:  # noqa: BLE001 - reported to that request, the engine lives on
             s.done(None, e)

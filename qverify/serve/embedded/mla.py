@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from transformers.models.deepseek_v3.modeling_deepseek_v3 import apply_rotary_pos_emb, apply_rotary_pos_emb_interleave
+from transformers.models.deepseek_v3.modeling_deepseek_v3 import rotate_half
 
 from qverify.serve.embedded.kv_fp8 import fp8_roundtrip
+from qverify.serve.embedded.mqa_kernel import attention_pieces, length_mask, ready as kernel_ready
 
 
 def effective_weight(linear: torch.nn.Module) -> torch.Tensor:
@@ -56,6 +57,33 @@ class Projected:
     latent: torch.Tensor  # [N, kv_lora + rope], as cached (FP8-rounded when the cache is FP8)
 
 
+def rope_tables(rotary_emb: torch.nn.Module, positions: torch.Tensor, x: torch.Tensor,
+                cache: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [N, 1, rope] at `positions` [N]: rows of a table the model's own rotary module computed once for
+    positions 0..L-1 (its angles are one product each and cos/sin elementwise, so a row equals what a per-step
+    call at that position gives, bit for bit). Dynamic rope types (whose frequencies depend on the length seen)
+    call the module every time."""
+    if getattr(rotary_emb, "rope_type", "default") in ("dynamic", "longrope"):
+        cos, sin = rotary_emb(x, positions[None])
+        return cos[0, :, None], sin[0, :, None]
+    need = int(positions.max()) + 1
+    if cache.get("len", 0) < need:
+        n = max(need, 2 * cache.get("len", 1024))
+        cos, sin = rotary_emb(x[:, :1], torch.arange(n)[None])
+        cache.update(len=n, cos=cos[0, :, None], sin=sin[0, :, None])
+    return cache["cos"][positions], cache["sin"][positions]
+
+
+def rope_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool) -> torch.Tensor:
+    """transformers' apply_rotary_pos_emb(_interleave) on x [N, heads, rope], the same expressions in the same order
+    (so the same bits), for any number of heads at once; cos, sin [N, 1, rope]."""
+    if not interleave:
+        return (x * cos) + (rotate_half(x) * sin)
+    cos, sin = cos[..., : cos.shape[-1] // 2], sin[..., : sin.shape[-1] // 2]
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
 class MLALayer:
     """One decoder layer's attention: calls the loaded module's Linear layers; attends over the latent cache."""
 
@@ -75,21 +103,19 @@ class MLALayer:
         return self.C + self.dr
 
     def project(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Projected:
-        """h [1, N, hidden] -> queries and the latent rows to cache (HF's DeepseekV3Attention, before attention)."""
+        """h [1, N, hidden] -> queries and the latent rows to cache (HF's DeepseekV3Attention, before attention);
+        cos, sin [N, 1, rope] (rope_tables)."""
         a = self.attn
         n = h.shape[1]
         q = a.q_proj(h) if a.q_lora_rank is None else a.q_b_proj(a.q_a_layernorm(a.q_a_proj(h)))
-        q = q.view(1, n, self.H, self.dn + self.dr).transpose(1, 2)  # [1, H, N, d]
-        q_nope, q_rot = q[..., : self.dn], q[..., self.dn:]
-        kv_nope, k_rot = torch.split(a.kv_a_proj_with_mqa(h), [self.C, self.dr], dim=-1)
-        kv_nope = a.kv_a_layernorm(kv_nope)
-        k_rot = k_rot.view(1, 1, n, self.dr)
-        rope = apply_rotary_pos_emb_interleave if self.rope_interleave else apply_rotary_pos_emb
-        q_rot, k_rot = rope(q_rot, k_rot, cos, sin)
-        latent = torch.cat([kv_nope[0], k_rot[0, 0]], dim=-1)
+        q = q.view(n, self.H, self.dn + self.dr)
+        kv = a.kv_a_proj_with_mqa(h)[0]  # [N, C + dr]
+        # the H query heads' rope parts and the key's in one pass (elementwise, so the same bits as HF's two calls)
+        rot = rope_rows(torch.cat([q[..., self.dn:], kv[:, None, self.C:]], 1), cos, sin, self.rope_interleave)
+        latent = torch.cat([a.kv_a_layernorm(kv[:, : self.C]), rot[:, self.H]], dim=-1)
         if self.kv_scale is not None:
             latent = fp8_roundtrip(latent, self.kv_scale)
-        return Projected(q_nope[0].transpose(0, 1), q_rot[0].transpose(0, 1), latent)
+        return Projected(q[..., : self.dn], rot[:, : self.H], latent)
 
     def prefill(self, p: Projected) -> torch.Tensor:
         """Causal MHA over one prompt's own tokens: [P, H * dv] (kv_b_proj expands the prompt's latent once)."""
@@ -121,18 +147,23 @@ def _partial(s: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch
     return m, e.sum(-1, keepdim=True), torch.matmul(e, values)
 
 
-FLASH_MIN_ROWS = 32  # latent rows from which the fused kernel beats two GEMMs (A/B in whole decode steps, 60 sequences)
-_FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+FLASH_MIN_ROWS = 32  # latent rows from which torch's fused kernel beats two GEMMs (A/B in decode steps, 60 sequences)
 
 
-def _flash_partial(q: torch.Tensor, rows: torch.Tensor, mask: torch.Tensor | None, C: int):
-    """The same pieces from torch's fused CPU flash kernel, for q [N, R, W] against rows [N, L, W]: (log-sum-exp,
-    None (a row sum of 1), normalised output). It reads each latent row once for scores and values (the two-GEMM form reads it twice,
-    and at 4 query rows per latent row the GEMMs are bound by those reads); V is the full row so the fused path
-    applies (it wants V as wide as K), and the rope columns of the output are dropped."""
-    o, lse = _FLASH(q[:, None], rows[:, None], rows[:, None], 0.0, False,
-                    attn_mask=None if mask is None else mask[:, None], scale=1.0)[:2]
-    return lse[:, 0, :, None], None, o[:, 0, :, :C]
+def _pieces(q: torch.Tensor, rows: torch.Tensor, lens: torch.Tensor | None, C: int):
+    """Softmax pieces of q [N, R, W] against rows [N, L, W]: (max or log-sum-exp, row sum or None (1),
+    output), query row r of sequence n seeing the first lens[n, r] rows (lens [N, R or 1], None: all).
+
+    A fused kernel (mqa_kernel.py: qverify's, else torch's flash kernel) reads each latent row once for scores and
+    values (the two-GEMM form reads it twice, and at 4 query rows per latent row the GEMMs are bound by those
+    reads); below FLASH_MIN_ROWS rows torch's kernel loses to the two GEMMs, qverify's does not."""
+    if kernel_ready() or rows.shape[1] >= FLASH_MIN_ROWS:
+        lse, o = attention_pieces(q, rows, lens, C)
+        return lse, None, o
+    s = torch.matmul(q, rows.transpose(-1, -2))
+    if lens is not None:
+        s = s + length_mask(lens, rows.shape[1])
+    return _partial(s, rows[..., :C])
 
 
 class PromptTable:
@@ -190,7 +221,7 @@ class PromptPlan:
         self.groups = groups
         lens = [kv.rows.shape[1] for kv, _ in groups]
         G, P = len(groups), max(lens)
-        self.batched = G > 1 and G * P <= 1.5 * sum(lens)
+        self.batched = G > 1 and G * P <= 1.5 * sum(lens)  # (a padded table costs copies: measured worse at 3x)
         if not self.batched:
             self.order = torch.cat([idx for _, idx in groups])
             self.inv = torch.empty_like(self.order)
@@ -205,8 +236,7 @@ class PromptPlan:
             slots = table.sync([kv for kv, _ in groups])
             S = max(slots) + 1
         self.table = table.rows[:, :S, :P]
-        self.mask = torch.zeros(S, 1, P).masked_fill_(torch.arange(P)[None, None, :] >= table.lens[:S, None, None],
-                                                      float("-inf"))
+        self.lens = table.lens[:S, None].clone()  # [S, 1]: a free slot has 0 rows
         self.k = max(len(idx) for _, idx in groups)
         gather = torch.zeros(S, self.k, dtype=torch.long)  # empty member slots point at sequence 0, never read back
         self.seq_pos = torch.empty(B, dtype=torch.long)
@@ -222,12 +252,9 @@ class PromptPlan:
         B, R, W = q.shape
         if self.batched:
             G = self.table.shape[1]
-            rows = self.table[layer]  # [S, P, width]; a free slot's rows are masked out (its length is 0)
+            rows = self.table[layer]  # [S, P, width]
             qg = (q if self.identity else q[self.gather]).view(G, self.k * R, W)
-            if rows.shape[1] >= FLASH_MIN_ROWS:
-                m, l, o = _flash_partial(qg, rows, self.mask, C)
-            else:
-                m, l, o = _partial(torch.baddbmm(self.mask, qg, rows.transpose(1, 2)), rows[..., :C])
+            m, l, o = _pieces(qg, rows, self.lens, C)
             if self.identity:
                 return (None if x is None else x.view(B, R, -1) for x in (m, l, o))
             return (None if x is None else x.view(G * self.k, R, -1)[self.seq_pos] for x in (m, l, o))
@@ -235,28 +262,22 @@ class PromptPlan:
         parts, at = [], 0
         for kv, idx in self.groups:
             rows, n = kv.rows[layer], len(idx) * R
-            if rows.shape[0] >= FLASH_MIN_ROWS:
-                m, _, o = _flash_partial(qo[None, at: at + n], rows[None], None, C)
-                parts.append((m[0], torch.ones_like(m[0]), o[0]))
-            else:
-                parts.append(_partial(torch.mm(qo[at: at + n], rows.t()), rows[:, :C]))
+            m, l, o = _pieces(qo[None, at: at + n], rows[None], None, C)
+            parts.append((m[0], torch.ones_like(m[0]) if l is None else l[0], o[0]))
             at += n
         out = (torch.cat([pt[i] for pt in parts]).view(B, R, -1) for i in range(3))
         return out if self.identity else (x[self.inv] for x in out)
 
 
-def decode_attention(q: torch.Tensor, gen: torch.Tensor, gen_mask: torch.Tensor, prompts: PromptPlan, layer: int,
+def decode_attention(q: torch.Tensor, gen: torch.Tensor, gen_lens: torch.Tensor, prompts: PromptPlan, layer: int,
                      C: int) -> torch.Tensor:
     """Absorbed attention for B sequences with n new tokens each.
 
     q [B, R, C + dr] (R = n * H rows per sequence, scale folded in); gen [B, G, C + dr] the sequences' own rows
-    (a view of the preallocated buffer, new rows already written); gen_mask [B, R, G] additive (causal + length).
-    Returns [B, R, C].
+    (a view of the preallocated buffer, new rows already written); gen_lens [B, R or 1] the own rows each query row
+    sees (length + causal). Returns [B, R, C].
     """
-    if gen.shape[1] >= FLASH_MIN_ROWS:
-        m_g, l_g, o_g = _flash_partial(q, gen, gen_mask, C)
-    else:
-        m_g, l_g, o_g = _partial(torch.baddbmm(gen_mask, q, gen.transpose(1, 2)), gen[..., :C])
+    m_g, l_g, o_g = _pieces(q, gen, gen_lens, C)
     m_p, l_p, o_p = prompts.attend(q, layer, C)
     if l_p is None and l_g is None:  # both normalised, m = log-sum-exp: the merge is a sigmoid-weighted blend
         return torch.lerp(o_g, o_p, torch.sigmoid(m_p - m_g))

@@ -59,10 +59,23 @@ def lp_row(tok, out: list, t: int, lp: float | None, top: list[tuple[int, float]
     out.append({"token": conv(t), "logprob": lp, "top": {conv(i): v for i, v in top}})
 
 
+def prompt_logprob_rows(tok, prompt_ids: tuple[int, ...], prompt_logp: torch.Tensor, k: int) -> list[dict[str, Any]]:
+    """Echo logprob rows of a prompt: its first token has none, then each token's logprob and the top k."""
+    rows: list[dict[str, Any]] = [{"token": tok.convert_ids_to_tokens(prompt_ids[0]), "logprob": None, "top": {}}]
+    ids = torch.tensor(prompt_ids)
+    chosen = prompt_logp[:-1].gather(1, ids[1:, None])[:, 0].tolist()
+    top = prompt_logp[:-1].topk(k, -1) if k > 0 else None
+    top_i, top_v = (top.indices.tolist(), top.values.tolist()) if top is not None else ([], [])
+    for j, t in enumerate(prompt_ids[1:]):
+        lp_row(tok, rows, t, chosen[j], list(zip(top_i[j], top_v[j])) if top is not None else [])
+    return rows
+
+
 def build_result(tok, r: GenRequest, tokens: list[int], finish: str | None, lps: list[dict[str, Any]],
-                 prompt_ids: tuple[int, ...], prompt_logp: torch.Tensor | None, verify_ct: int) -> GenResult:
+                 prompt_rows: list[dict[str, Any]] | None, verify_ct: int) -> GenResult:
     """The response for a finished sequence: text cut at a stop string (re-tokenized, as before), logprobs,
-    echo logprobs of the prompt, and speculative stats (SGLang's meta_info names)."""
+    echo logprobs of the prompt (`prompt_rows`, from prompt_logprob_rows: built once per prompt and k, and shared,
+    read-only, by the requests that echo it), and speculative stats (SGLang's meta_info names)."""
     eos = tok.eos_token_id
     new = [t for t in tokens if r.ignore_eos or t != eos]
     text, finish = tok.decode(new, skip_special_tokens=False), finish or "length"
@@ -74,15 +87,6 @@ def build_result(tok, r: GenRequest, tokens: list[int], finish: str | None, lps:
     meta: dict[str, Any] = {}
     if verify_ct:
         meta = {"spec_verify_ct": verify_ct, "spec_accept_length": round(len(tokens) / verify_ct, 4)}
-    plp = None
-    if r.prompt_logprobs is not None and prompt_logp is not None:
-        plp = [{"token": tok.convert_ids_to_tokens(prompt_ids[0]), "logprob": None, "top": {}}]
-        ids = torch.tensor(prompt_ids)
-        chosen = prompt_logp[:-1].gather(1, ids[1:, None])[:, 0].tolist()
-        top = prompt_logp[:-1].topk(r.prompt_logprobs, -1) if r.prompt_logprobs > 0 else None
-        top_i, top_v = (top.indices.tolist(), top.values.tolist()) if top is not None else ([], [])
-        for j, t in enumerate(prompt_ids[1:]):
-            lp_row(tok, plp, t, chosen[j], list(zip(top_i[j], top_v[j])) if top is not None else [])
     return GenResult(token_ids=new, text=text, finish_reason=finish,
-                     logprobs=lps[: len(new)] if r.want_logprobs else None, meta_info=meta, prompt_logprobs=plp,
+                     logprobs=lps[: len(new)] if r.want_logprobs else None, meta_info=meta, prompt_logprobs=prompt_rows,
                      n_generated=len(tokens))

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from qverify.serve.embedded.kv_fp8 import ScaleMode, kv_quant_enabled, latent_scale
-from qverify.serve.embedded.mla import MLALayer, PromptPlan, PromptTable, decode_attention
+from qverify.serve.embedded.mla import MLALayer, PromptPlan, PromptTable, decode_attention, rope_tables
 from qverify.serve.embedded.moe import moe_forward, plain_fused_experts
+from qverify.serve.embedded.mqa_kernel import load as load_attention_kernel
 
 
 @dataclass
@@ -48,6 +49,8 @@ class ModelRunner:
         self.gen = torch.zeros(len(self.layers), slots, cap, self.width)
         self.table = PromptTable(len(self.layers), self.width)  # live prompts, padded, for batched decode reads
         self._plan: tuple[list, PromptPlan] | None = None
+        self._rope: dict = {}  # the rotary module's cos/sin for positions 0..len-1 (mla.rope_tables)
+        load_attention_kernel()  # built once per machine (~40 s), here rather than inside the first decode step
 
     @property
     def fp8_kv(self) -> bool:
@@ -69,7 +72,7 @@ class ModelRunner:
 
     def _embed(self, ids: torch.Tensor, positions: torch.Tensor):
         x = self.model.model.embed_tokens(ids[None])
-        cos, sin = self.model.model.rotary_emb(x, positions[None])
+        cos, sin = rope_tables(self.model.model.rotary_emb, positions, x, self._rope)
         return x, cos, sin
 
     def _mlp(self, li: int, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
@@ -113,10 +116,9 @@ class ModelRunner:
         H = self.mla[0].H
         G = int(gen_len.max()) + n
         self.ensure_capacity(G)
-        cols = torch.arange(G)
-        limit = gen_len[:, None] + torch.arange(n)[None, :]  # query j sees own rows < gen_len + j + 1
-        mask = torch.zeros(B, n, G).masked_fill_(cols[None, None, :] > limit[:, :, None], float("-inf"))
-        mask = mask[:, :, None, :].expand(B, n, H, G).reshape(B, n * H, G)
+        # query j of a sequence sees its own rows < gen_len + j + 1 (one length for all its heads when n == 1)
+        seen = gen_len[:, None] + torch.arange(1, n + 1)[None, :]
+        seen = seen if n == 1 else seen[:, :, None].expand(B, n, H).reshape(B, n * H)
         write = (gen_len[:, None] + torch.arange(n)[None, :]).reshape(-1)
         slot = torch.arange(B).repeat_interleave(n)
         if self._plan is None or self._plan[0] is not groups:  # the engine passes the same list while nothing joins/leaves
@@ -127,6 +129,6 @@ class ModelRunner:
             p = mla.project(layer.input_layernorm(x), cos, sin)
             self.gen[li, slot, write] = p.latent
             q = mla.absorbed_query(p).view(B, n * H, self.width)
-            o = decode_attention(q, self.gen[li, :B, :G], mask, plan, li, self.C)
+            o = decode_attention(q, self.gen[li, :B, :G], seen, plan, li, self.C)
             x = self._mlp(li, x, mla.output(o.view(B * n, H, self.C)))
         return self._logits(x, None).view(B, n, -1)

@@ -78,6 +78,18 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
     return out
 
 
+def batch_params(rows: list[tuple[float, float, int, list[int]]], vocab: int):
+    """sample()'s per-row arguments from (temperature, top_p, seed, banned token ids) per row: temperature, top_p,
+    seeds, banned (None when no row bans anything; else one scatter for the whole batch, not one per row)."""
+    banned = None
+    if any(r[3] for r in rows):
+        banned = torch.zeros(len(rows), vocab, dtype=torch.bool)
+        at = [(i, t) for i, r in enumerate(rows) for t in r[3]]
+        banned[torch.tensor([i for i, _ in at]), torch.tensor([t for _, t in at])] = True
+    return (torch.tensor([r[0] for r in rows]), torch.tensor([r[1] for r in rows]),
+            torch.tensor([r[2] for r in rows], dtype=torch.long), banned)
+
+
 def logprob_rows(logits: torch.Tensor, chosen: torch.Tensor, k: int) -> tuple[list[float], list[list[tuple[int, float]]]]:
     """Logprobs of the chosen tokens under the model's distribution, and the top-k per row."""
     logp = torch.log_softmax(logits.float(), -1)
