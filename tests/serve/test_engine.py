@@ -40,7 +40,12 @@ def _plain_greedy(model, ids: list[int], n: int, eos: int) -> list[int]:
     return seq[len(ids):]
 
 
-def test_greedy_equals_plain_hf_forward_on_every_held_out_item(tiny):
+@pytest.mark.parametrize("attention", ["qverify-kernel", "torch-flash"])
+def test_greedy_equals_plain_hf_forward_on_every_held_out_item(tiny, attention, monkeypatch):
+    from qverify.serve.embedded import mqa_kernel
+
+    if attention == "torch-flash":  # what a box without a C++ compiler runs
+        monkeypatch.setitem(mqa_kernel._STATE, "ext", None)
     tok = tiny.tokenizer
     prompts = _prompts(tok, 4)
     eng = Engine(tiny.model, tok, max_batch=64)

@@ -1,0 +1,120 @@
+"""qverify's decode-attention kernel (serve/embedded/mqa_kernel.py) and the one-pass rope, against references that
+share none of their code: an explicit float64 softmax, transformers' rope functions, and the benchmark's FLOP count
+against a hand count."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from qverify.serve.embedded import mqa_kernel
+
+HAS_COMPILER = shutil.which("c++") is not None and shutil.which("ninja") is not None
+
+
+@pytest.fixture(params=["qverify", "torch-flash"])
+def kernel(request, monkeypatch):
+    """Each test runs on qverify's kernel and on the fallback (torch's flash kernel, what a box without a compiler
+    gets)."""
+    if request.param == "qverify":
+        if not HAS_COMPILER:
+            pytest.skip("no C++ compiler / ninja here: the fallback is what runs")
+        assert mqa_kernel.load() is not None, "the kernel should build where a compiler is present"
+    else:
+        monkeypatch.setitem(mqa_kernel._STATE, "ext", None)
+    return request.param
+
+
+def _reference(q, rows, lens, C):
+    """Softmax pieces in float64 with an explicit mask: (log-sum-exp [N, R, 1], output [N, R, C])."""
+    s = torch.einsum("nrw,nlw->nrl", q.double(), rows.double())
+    if lens is not None:
+        s = s.masked_fill(torch.arange(rows.shape[1]) >= lens[..., None], float("-inf"))
+    lse = torch.logsumexp(s, -1, keepdim=True)
+    return lse, torch.einsum("nrl,nlc->nrc", torch.exp(s - lse), rows[..., :C].double())
+
+
+@pytest.mark.parametrize("R,L", [(4, 1), (4, 31), (12, 33), (20, 100), (3, 70), (5, 257)])
+def test_pieces_equal_an_explicit_softmax(kernel, R, L):
+    g = torch.Generator().manual_seed(R * 1000 + L)
+    N, W, C = 5, 576, 512
+    buf = torch.randn(N, L + 9, W, generator=g)  # a strided view, as the cache is read
+    rows, q = buf[:, :L], torch.randn(N, R, W, generator=g) * 0.2
+    lens = torch.randint(1, L + 1, (N, R), generator=g)
+    lens[0] = L  # one sequence sees every row
+    for ln in (lens, lens[:, :1].contiguous(), None):  # per query row, per sequence, all rows
+        lse, out = mqa_kernel.attention_pieces(q, rows, ln, C)
+        want_lse, want_out = _reference(q, rows, ln, C)
+        assert torch.allclose(lse.double(), want_lse, rtol=0, atol=2e-5)
+        assert torch.allclose(out.double(), want_out, rtol=0, atol=2e-5)
+
+
+def test_a_sequence_gets_the_same_bits_alone_or_in_any_batch(kernel):
+    g = torch.Generator().manual_seed(7)
+    W, C = 576, 512
+    rows, q = torch.randn(9, 80, W, generator=g), torch.randn(9, 4, W, generator=g) * 0.2
+    lens = torch.randint(1, 60, (9, 1), generator=g)
+    lse, out = mqa_kernel.attention_pieces(q, rows, lens, C)
+    for i in (0, 4, 8):
+        # alone, and with less padding behind its rows (the buffer's length follows the batch's longest)
+        a_lse, a_out = mqa_kernel.attention_pieces(q[i:i + 1], rows[i:i + 1, :60], lens[i:i + 1], C)
+        if kernel == "qverify":
+            assert torch.equal(a_lse, lse[i:i + 1]) and torch.equal(a_out, out[i:i + 1])
+        else:  # torch's kernel: blocks over the padded length, so the same only within float tolerance
+            assert torch.allclose(a_out, out[i:i + 1], atol=1e-6)
+
+
+def test_rope_table_and_one_pass_rope_give_transformers_bits():
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
+        apply_rotary_pos_emb,
+        apply_rotary_pos_emb_interleave,
+    )
+
+    from qverify.assets import default_model_dir
+    from qverify.serve.embedded.mla import rope_rows, rope_tables
+    from qverify.serve.embedded.model_loader import load_for_serving
+
+    rotary = load_for_serving(default_model_dir(), speculative=False).model.model.rotary_emb
+    x, cache = torch.zeros(1, 1, 8), {}
+    pos = torch.tensor([0, 5, 1999, 3000, 17, 17])  # 3000: past the first table, which then grows
+    cos, sin = rope_tables(rotary, pos, x, cache)
+    with torch.no_grad():
+        want_cos, want_sin = rotary(x, pos[None])
+    assert cache["len"] > 3000 and torch.equal(cos[:, 0], want_cos[0]) and torch.equal(sin[:, 0], want_sin[0])
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 4, 6, 64, generator=g), torch.randn(1, 1, 6, 64, generator=g)  # HF: [1, heads, N, rope]
+    both = torch.cat([q[0], k[0]]).transpose(0, 1)  # ours: [N, heads + 1, rope]
+    for hf, interleave in ((apply_rotary_pos_emb_interleave, True), (apply_rotary_pos_emb, False)):
+        want_q, want_k = hf(q, k, want_cos, want_sin)
+        got = rope_rows(both, cos, sin, interleave)
+        assert torch.equal(got[:, :4], want_q[0].transpose(0, 1)) and torch.equal(got[:, 4], want_k[0, 0])
+
+
+def test_the_limit_counts_kv_b_proj_once_and_lm_head_where_logits_are_used():
+    spec = importlib.util.spec_from_file_location("engine_throughput",
+                                                  Path(__file__).parents[2] / "benchmarks" / "engine_throughput.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    from types import SimpleNamespace as NS
+
+    from qverify.assets import default_model_dir
+    from qverify.serve.embedded.model_loader import load_for_serving
+
+    model = load_for_serving(default_model_dir(), speculative=False).model
+    c = model.config
+    H, dn, dv, C, D, V = c.num_attention_heads, c.qk_nope_head_dim, c.v_head_dim, c.kv_lora_rank, c.hidden_size, c.vocab_size
+    lin = bench.linear_flops_per_token(model)
+    assert lin["kv_b"] == 2 * c.num_hidden_layers * H * (dn + dv) * C and lin["lm_head"] == 2 * D * V
+    reqs = [NS(prompt_ids=[1, 2, 3], prompt_logprobs=None), NS(prompt_ids=[1, 2, 3], prompt_logprobs=None)]
+    res = [NS(token_ids=[7, 8], finish_reason="length"), NS(token_ids=[9], finish_reason="stop")]
+    got = bench.workload_flops(model, lin, reqs, res)
+    prefill = sum(lin["body"] + lin["kv_b"] + bench.attention_flops(model, i + 1, True) for i in range(3)) + lin["lm_head"]
+    decode = sum(lin["body"] + lin["lm_head"] + bench.attention_flops(model, 3 + i + 1, False) for i in (0, 1, 0, 1))
+    assert got == pytest.approx(prefill + decode)  # one prefill for the shared prompt, 4 decoded tokens (EOS counts)
+    echo = [NS(prompt_ids=[1, 2, 3], prompt_logprobs=5)]
+    assert bench.workload_flops(model, lin, echo, [NS(token_ids=[], finish_reason="length")]) == pytest.approx(
+        prefill + 2 * lin["lm_head"])  # echo: logits at every prompt position
