@@ -164,6 +164,7 @@ def test_batched_moe_gives_transformers_moe_bits(tiny):
 
     layers = [layer for layer in tiny.model.model.layers if plain_fused_experts(layer.mlp)]
     assert layers, "qverify-tiny's MoE layers should take the batched path"
+    assert all(layer.mlp.gate.num_group == 1 for layer in layers)  # so moe.route()'s one-group form is what runs
     g = torch.Generator().manual_seed(0)
     for layer in layers:
         for n in (1, 7, 60, 600):
