@@ -118,3 +118,26 @@ def test_the_limit_counts_kv_b_proj_once_and_lm_head_where_logits_are_used():
     echo = [NS(prompt_ids=[1, 2, 3], prompt_logprobs=5)]
     assert bench.workload_flops(model, lin, echo, [NS(token_ids=[], finish_reason="length")]) == pytest.approx(
         prefill + 2 * lin["lm_head"])  # echo: logits at every prompt position
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler / ninja here: the engine uses torch's kernels")
+def test_fused_decode_equals_one_softmax_over_prompt_then_own_rows():
+    """The engine's decode attention (mqa_decode): each sequence over its prompt's rows, then its own first
+    gen_lens rows, in any order of sequences, equals an explicit softmax over the two concatenated."""
+    assert mqa_kernel.load() is not None
+    g = torch.Generator().manual_seed(3)
+    W, C, B, R = 576, 512, 7, 8
+    prompts = [torch.randn(n, W, generator=g) for n in (5, 40, 97)]
+    prompt_of = torch.tensor([2, 0, 2, 1, 1, 0, 2])
+    gen = torch.randn(B, 50, W, generator=g)
+    gen_lens = torch.randint(1, 41, (B, R), generator=g)
+    q = torch.randn(B, R, W, generator=g) * 0.2
+    order = torch.tensor([1, 5, 3, 4, 0, 2, 6])
+    got = mqa_kernel.fused_decode(q, prompts, prompt_of, gen, gen_lens, order, C)
+    for b in range(B):
+        p = prompts[int(prompt_of[b])]
+        rows = torch.cat([p, gen[b]])[None]
+        _, want = _reference(q[b:b + 1], rows, (gen_lens[b:b + 1] + len(p)), C)
+        assert torch.allclose(got[b:b + 1].double(), want, rtol=0, atol=2e-5)
+    alone = mqa_kernel.fused_decode(q[4:5], prompts, prompt_of[4:5], gen[4:5, :41], gen_lens[4:5], torch.tensor([0]), C)
+    assert torch.equal(alone, got[4:5])  # the same bits alone, with a shorter buffer, in another order

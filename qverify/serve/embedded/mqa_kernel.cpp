@@ -50,19 +50,18 @@ static inline v8 exp8(v8 x) {
   return y;
 }
 
-// one sequence: q [R, W] (row stride qs), k [L, W] (row stride ks); query row r sees rows 0..lens[r]-1 (all L when
-// lens is null); blocks past every row's length are never read
-static void attend_one(const float* q, int64_t qs, int64_t R, const float* k, int64_t ks, int64_t L, int64_t W,
-                       int64_t C, const int64_t* lens, int64_t lrs, float* out, int64_t os, float* lse,
-                       std::vector<float>& sbuf) {
+// one segment of one sequence's rows, continuing an online softmax (running max m, sum l, unnormalised out):
+// q [R, W] (row stride qs), k [L, W] (row stride ks); query row r sees rows 0..lens[r]-1 (all L when lens is
+// null); blocks past every row's length are never read
+static void segment(const float* q, int64_t qs, int64_t R, const float* k, int64_t ks, int64_t L, int64_t W,
+                    int64_t C, const int64_t* lens, int64_t lrs, float* out, int64_t os, std::vector<float>& m,
+                    std::vector<float>& l, std::vector<float>& sbuf) {
   if (lens) {
     int64_t most = 0;
     for (int64_t r = 0; r < R; ++r) most = std::max(most, lens[r * lrs]);
     L = std::min(L, most);
   }
   const float NEG = -std::numeric_limits<float>::infinity();
-  std::vector<float> m(R, NEG), l(R, 0.f);
-  for (int64_t r = 0; r < R; ++r) for (int64_t c = 0; c < C; ++c) out[r * os + c] = 0.f;
   sbuf.resize(R * BL);
   float* s = sbuf.data();
   for (int64_t j0 = 0; j0 < L; j0 += BL) {
@@ -156,12 +155,23 @@ static void attend_one(const float* q, int64_t qs, int64_t R, const float* k, in
       }
     }
   }
+}
+
+static void start(int64_t R, int64_t C, float* out, int64_t os, std::vector<float>& m, std::vector<float>& l) {
+  m.assign(R, -std::numeric_limits<float>::infinity());
+  l.assign(R, 0.f);
+  for (int64_t r = 0; r < R; ++r) for (int64_t c = 0; c < C; ++c) out[r * os + c] = 0.f;
+}
+
+// normalise the output; lse (optional) gets the log-sum-exp
+static void finish(int64_t R, int64_t C, float* out, int64_t os, const std::vector<float>& m,
+                   const std::vector<float>& l, float* lse) {
   for (int64_t r = 0; r < R; ++r) {
     if (l[r] > 0.f) {
       const float inv = 1.f / l[r];
       for (int64_t c = 0; c < C; ++c) out[r * os + c] *= inv;
-      lse[r] = m[r] + std::log(l[r]);
-    } else {
+      if (lse) lse[r] = m[r] + std::log(l[r]);
+    } else if (lse) {
       lse[r] = -std::numeric_limits<float>::infinity();
     }
   }
@@ -183,13 +193,46 @@ std::vector<torch::Tensor> mqa_partial(torch::Tensor q, torch::Tensor rows, c10:
     lp = ln.data_ptr<int64_t>();
     lns = ln.stride(0); lrs = ln.size(1) == 1 ? 0 : ln.stride(1);
   }
-  std::vector<float> sbuf;
+  std::vector<float> sbuf, m, l;
   const float* qp = q.data_ptr<float>();
   const float* kp = rows.data_ptr<float>();
   for (int64_t n = 0; n < N; ++n) {
-    attend_one(qp + n * q.stride(0), q.stride(1), R, kp + n * rows.stride(0), rows.stride(1), L, W, C,
-               lp ? lp + n * lns : nullptr, lrs, out.data_ptr<float>() + n * R * C, C,
-               lse.data_ptr<float>() + n * R, sbuf);
+    float* o = out.data_ptr<float>() + n * R * C;
+    start(R, C, o, C, m, l);
+    segment(qp + n * q.stride(0), q.stride(1), R, kp + n * rows.stride(0), rows.stride(1), L, W, C,
+            lp ? lp + n * lns : nullptr, lrs, o, C, m, l, sbuf);
+    finish(R, C, o, C, m, l, lse.data_ptr<float>() + n * R);
   }
   return {lse, out};
+}
+
+// A whole decode attention: sequence b attends to its prompt's rows (prompts[prompt_of[b]], [P, W], all visible)
+// and then its own rows (gen [B, G, W], gen_lens [B, R or 1]) in one online softmax, so there is nothing to merge
+// and nothing to gather. Sequences run in `order` (those sharing a prompt one after another: the prompt's rows are
+// then still in cache for the next one). q [B, R, W] -> out [B, R, C], normalised.
+torch::Tensor mqa_decode(torch::Tensor q, std::vector<torch::Tensor> prompts, torch::Tensor prompt_of,
+                         torch::Tensor gen, torch::Tensor gen_lens, torch::Tensor order, int64_t C) {
+  TORCH_CHECK(q.dtype() == torch::kFloat32 && gen.dtype() == torch::kFloat32, "fp32 only");
+  TORCH_CHECK(q.stride(2) == 1 && gen.stride(2) == 1, "last dim contiguous");
+  TORCH_CHECK(prompt_of.dtype() == torch::kInt64 && order.dtype() == torch::kInt64 && gen_lens.dtype() == torch::kInt64,
+              "int64 indices");
+  const int64_t B = q.size(0), R = q.size(1), W = q.size(2), G = gen.size(1);
+  TORCH_CHECK(W % 8 == 0 && C % 16 == 0 && C <= W, "shape");
+  for (auto& p : prompts) TORCH_CHECK(p.dtype() == torch::kFloat32 && p.stride(1) == 1 && p.size(1) == W, "prompt rows");
+  auto out = torch::empty({B, R, C}, q.options());
+  auto po = prompt_of.contiguous(), ord = order.contiguous();
+  const int64_t lrs = gen_lens.size(1) == 1 ? 0 : gen_lens.stride(1);
+  std::vector<float> sbuf, m, l;
+  for (int64_t i = 0; i < B; ++i) {
+    const int64_t b = ord.data_ptr<int64_t>()[i];
+    const torch::Tensor& p = prompts[po.data_ptr<int64_t>()[b]];
+    const float* qb = q.data_ptr<float>() + b * q.stride(0);
+    float* o = out.data_ptr<float>() + b * R * C;
+    start(R, C, o, C, m, l);
+    segment(qb, q.stride(1), R, p.data_ptr<float>(), p.stride(0), p.size(0), W, C, nullptr, 0, o, C, m, l, sbuf);
+    segment(qb, q.stride(1), R, gen.data_ptr<float>() + b * gen.stride(0), gen.stride(1), G, W, C,
+            gen_lens.data_ptr<int64_t>() + b * gen_lens.stride(0), lrs, o, C, m, l, sbuf);
+    finish(R, C, o, C, m, l, nullptr);
+  }
+  return out;
 }

@@ -47,7 +47,7 @@ def load() -> object | None:
         src = _SRC.read_text()
         digest = hashlib.sha256((src + torch.__version__).encode()).hexdigest()[:12]
         name = f"qverify_mqa_{digest}"  # a changed source (or torch) is a new build
-        _STATE["ext"] = load_inline(name, cpp_sources=[src], functions=["mqa_partial"],
+        _STATE["ext"] = load_inline(name, cpp_sources=[src], functions=["mqa_partial", "mqa_decode"],
                                     extra_cflags=["-O3", "-mavx2", "-mfma", "-ffp-contract=fast"])
     except Exception as e:  # noqa: BLE001 - no compiler / ninja / headers: the flash kernel still serves
         log.warning("mqa kernel not built (%s); decode attention uses torch's flash kernel", str(e).splitlines()[0])
@@ -75,3 +75,15 @@ def attention_pieces(q: torch.Tensor, rows: torch.Tensor, lens: torch.Tensor | N
     o, lse = _FLASH(q[:, None], rows[:, None], rows[:, None], 0.0, False,
                     attn_mask=None if mask is None else mask[:, None], scale=1.0)[:2]
     return lse[:, 0, :, None], o[:, 0, :, :C]
+
+
+def fused_decode(q: torch.Tensor, prompts: list[torch.Tensor], prompt_of: torch.Tensor, gen: torch.Tensor,
+                 gen_lens: torch.Tensor, order: torch.Tensor, C: int) -> torch.Tensor | None:
+    """Decode attention in one call, or None when the kernel is not there (then: mla.decode_attention).
+    q [B, R, W]; sequence b attends to prompts[prompt_of[b]] ([P, W], a prompt's rows, shared by its
+    replicates) and then to its own rows gen[b] ([G, W]; query row r sees the first gen_lens[b, r]) in one softmax.
+    `order`: the sequences by prompt, so a prompt's rows are read while in cache. Returns [B, R, C]."""
+    ext = load()
+    if ext is None or q.dtype != torch.float32 or q.stride(-1) != 1 or gen.stride(-1) != 1:
+        return None
+    return ext.mqa_decode(q, prompts, prompt_of, gen, gen_lens, order, C)

@@ -21,7 +21,7 @@ import torch
 from qverify.serve.embedded.kv_fp8 import ScaleMode, kv_quant_enabled, latent_scale
 from qverify.serve.embedded.mla import MLALayer, PromptPlan, PromptTable, decode_attention, rope_tables
 from qverify.serve.embedded.moe import moe_forward, plain_fused_experts
-from qverify.serve.embedded.mqa_kernel import load as load_attention_kernel
+from qverify.serve.embedded.mqa_kernel import fused_decode, load as load_attention_kernel
 
 
 @dataclass
@@ -48,7 +48,7 @@ class ModelRunner:
         self.slots = slots
         self.gen = torch.zeros(len(self.layers), slots, cap, self.width)
         self.table = PromptTable(len(self.layers), self.width)  # live prompts, padded, for batched decode reads
-        self._plan: tuple[list, PromptPlan] | None = None
+        self._plan: tuple[list, _FusedPlan, PromptPlan | None] | None = None
         self._rope: dict = {}  # the rotary module's cos/sin for positions 0..len-1 (mla.rope_tables)
         load_attention_kernel()  # built once per machine (~40 s), here rather than inside the first decode step
 
@@ -122,13 +122,29 @@ class ModelRunner:
         write = (gen_len[:, None] + torch.arange(n)[None, :]).reshape(-1)
         slot = torch.arange(B).repeat_interleave(n)
         if self._plan is None or self._plan[0] is not groups:  # the engine passes the same list while nothing joins/leaves
-            self._plan = (groups, PromptPlan(groups, B, self.table))
-        plan = self._plan[1]
+            self._plan = (groups, _FusedPlan(groups, B, len(self.layers)), None)
         x, cos, sin = self._embed(ids.reshape(-1), positions.reshape(-1))
         for li, (layer, mla) in enumerate(zip(self.layers, self.mla)):
             p = mla.project(layer.input_layernorm(x), cos, sin)
             self.gen[li, slot, write] = p.latent
             q = mla.absorbed_query(p).view(B, n * H, self.width)
-            o = decode_attention(q, self.gen[li, :B, :G], seen, plan, li, self.C)
+            f = self._plan[1]
+            o = fused_decode(q, f.prompts[li], f.prompt_of, self.gen[li, :B, :G], seen, f.order, self.C)
+            if o is None:  # no kernel: split-KV over torch's kernels (mla.py)
+                if self._plan[2] is None:
+                    self._plan = (*self._plan[:2], PromptPlan(groups, B, self.table))
+                o = decode_attention(q, self.gen[li, :B, :G], seen, self._plan[2], li, self.C)
             x = self._mlp(li, x, mla.output(o.view(B * n, H, self.C)))
         return self._logits(x, None).view(B, n, -1)
+
+
+class _FusedPlan:
+    """What mqa_kernel.fused_decode needs about the running sequences' prompts, per layer (rebuilt when the batch
+    changes): each prompt's rows, each sequence's prompt, and the sequences by prompt."""
+
+    def __init__(self, groups: list[tuple[PromptKV, torch.Tensor]], B: int, layers: int):
+        self.prompts = [[kv.rows[li] for kv, _ in groups] for li in range(layers)]
+        self.prompt_of = torch.empty(B, dtype=torch.long)
+        for g, (_, idx) in enumerate(groups):
+            self.prompt_of[idx] = g
+        self.order = torch.cat([idx for _, idx in groups])
