@@ -201,7 +201,8 @@ def _final(last: GateReport | None, frozen: dict[str, dict[str, MetricResult]], 
         reasons = [f"{m.metric}: {m.reason}" for m in gated if m.verdict == verdict] if verdict != "PASS" else \
             [f"all {len(gated)} gated metrics are within their tolerances"]
         cands.append(CandidateReport(build_id=c.build_id, recipe=c.recipe, verdict=verdict, reasons=reasons,
-                                     metrics=metrics, perf=c.perf, integrity=c.integrity))
+                                     metrics=metrics, perf=c.perf, integrity=c.integrity, seed_salts=c.seed_salts,
+                                     compared_with=c.compared_with))
     order = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
     verdict = max((c.verdict for c in cands), key=order.__getitem__, default="INCONCLUSIVE")
     seq = {"id": seq_id, "plan": asdict(plan), "looks": [{k: v for k, v in asdict(lk).items() if k != "metrics"}

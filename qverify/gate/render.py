@@ -59,6 +59,12 @@ def seed_note(c: CandidateReport) -> str | None:
             "shared seeds between the builds; the paired bounds hold but are wider than with one salt")
 
 
+def reference_notes(c: CandidateReport) -> list[str]:
+    """Metrics compared with a build other than the baseline (greedy/match with the candidate's twin)."""
+    return [f"{metric} compared with {ref} (the candidate's target with the baseline's drafter)"
+            for metric, ref in sorted(c.compared_with.items())]
+
+
 TABLE_MIN_WIDTH = 120  # the table's 11 columns fold into unreadable slivers below this
 LOG_WIDTH = 100
 
@@ -94,6 +100,8 @@ def compact_lines(report: GateReport, width: int = LOG_WIDTH) -> list[str]:
             out.append(f"  ({len(c.metrics) - len(gated)} informational metrics: see gate.json / the report)")
         if note := seed_note(c):
             wrap(note, "  note: ", "    ")
+        for note in reference_notes(c):
+            wrap(note, "  note: ", "    ")
         for r in c.integrity:
             wrap(r, "  refused: ", "    ")
         if c.verdict != "PASS":
@@ -111,7 +119,7 @@ def render_compact(report: GateReport, console: Console, width: int = LOG_WIDTH)
 def render_table(report: GateReport, console: Console) -> None:
     for c in report.candidates:
         console.print(candidate_table(c, report.baseline_recipe))
-        if note := seed_note(c):
+        for note in filter(None, [seed_note(c), *reference_notes(c)]):
             console.print(f"[dim]note:[/] {note}", highlight=False)
         for r in c.integrity:
             console.print(f"[red]refused:[/] {r}", highlight=False)

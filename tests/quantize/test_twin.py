@@ -45,3 +45,18 @@ def test_twin_is_the_candidates_target_and_the_baselines_drafter_byte_for_byte(b
 
     again = compose_twin(workdir, base.manifest.build_id, cand.manifest.build_id)
     assert again.reused and again.manifest.build_id == m.build_id  # content-addressed: reused
+
+
+def test_the_gate_finds_the_twin_by_content_among_real_builds(built, workdir):
+    """On real manifests: the production candidate's reference is its twin; a drafter-only candidate's is the
+    baseline; a target-only candidate (FP8 KV) carries the baseline's drafter, so greedy/match is not gated."""
+    from qverify.gate.reference import twin_builds
+    from qverify.workdir import Workdir
+
+    wd = Workdir.at(workdir)
+    base, cand = built("bf16").manifest.build_id, built("fp8kv_nvfp4shared_fp8drafter").manifest.build_id
+    twin = compose_twin(workdir, base, cand).manifest.build_id
+    assert twin_builds(wd, base, cand) == ([twin], None)
+    assert twin_builds(wd, base, built("fp8drafter").manifest.build_id) == ([base], None)
+    hits, decided = twin_builds(wd, base, built("fp8kv").manifest.build_id)
+    assert hits == [] and decided is not None and decided.not_applicable
