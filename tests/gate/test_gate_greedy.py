@@ -14,7 +14,7 @@ from qverify.models import ItemResult, Response, ToolCall
 from qverify.pipeline import suites_for_recipes
 from tests import synth
 
-N, K = 200, 3  # zero changed items in n bound the change at ~3.7/n: 200 items can show < 0.02
+N, K = 260, 3  # zero changed items in n bound the change at ~3.7/n: 260 items can show < 0.0145 (253 is the least)
 
 
 def _write(wd: Path, build: str, outputs: list[list[str]], drafter: str | None = "d0") -> None:
@@ -67,10 +67,10 @@ def test_run_pairs_never_share_a_seed():
 
 
 def test_too_few_identical_items_cannot_pass(wd):
-    """24 identical greedy outputs bound a change only at ~3/24: INCONCLUSIVE, not PASS (tolerance 0.02)."""
+    """24 identical greedy outputs bound a change only at ~3/24: INCONCLUSIVE, not PASS (tolerance 0.0145)."""
     rep = run_gate(wd, "base24", ["drafter24"], suites=["greedy"], config=QVerifyConfig(), write=False)
     m = rep.candidates[0].metrics[0]
-    assert m.delta == 0 and m.verdict == "INCONCLUSIVE" and m.ci_low < -0.02
+    assert m.delta == 0 and m.verdict == "INCONCLUSIVE" and m.ci_low < -0.0145
 
 
 def test_identical_greedy_outputs_pass(wd):
@@ -87,6 +87,29 @@ def test_a_stack_that_does_not_reproduce_itself_is_the_reference(wd):
     # 20% of items differ between the baseline's own runs; a candidate no worse than that is not a failure
     _, m = _match(wd, "nbase", "ncand")
     assert m.baseline_mean < 0.9 and m.verdict != "FAIL"
+
+
+def test_the_tolerance_bounds_each_source_suites_greedy_score_change():
+    """An identical greedy output scores identically, so a share m of changed items moves a source suite's greedy
+    score by at most m * n / (its items k): wherever greedy/match can PASS (n identical items bound the change
+    below the tolerance), that must stay within the source suite's smallest task tolerance."""
+    from collections import Counter
+
+    from qverify.gate.bounds import paired_bounds
+    from qverify.suites import get_suite
+    from qverify.suites.greedy import MATCH_TOLERANCE
+
+    def can_pass(n: int) -> bool:
+        return bool(paired_bounds(np.zeros(n), MATCH_TOLERANCE, 0.05, True).lower > -MATCH_TOLERANCE)
+
+    least = next(n for n in range(150, 400) if can_pass(n))  # 253 at 0.0145 (monotone in n)
+    assert not can_pass(least - 1) and not can_pass(24)
+    for n in (least, least + 1, least + 2, 301):  # odd and even counts (an odd one splits unevenly)
+        share = Counter(i.metadata["from"] for i in get_suite("greedy").items("test", n))
+        for suite, k in share.items():
+            tol = min(m.tolerance for m in get_suite(suite).gate_metrics if m.gated)
+            assert MATCH_TOLERANCE * n / k <= tol, (n, suite, k, tol)
+    assert {m.name: m.tolerance for m in get_suite("greedy").gate_metrics} == {"greedy/match": MATCH_TOLERANCE}
 
 
 def test_gate_recipe_adds_greedy_only_for_drafter_changes():
