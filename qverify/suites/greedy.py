@@ -1,4 +1,4 @@
-"""greedy: greedy outputs must match the baseline's (the check for drafter-only changes).
+"""greedy: greedy outputs must match the reference's (the check for drafter changes).
 
 Speculative decoding verifies every drafted token with the target, so a changed drafter
 (e.g. FP8 weights) may change the accept length but never the greedy output, up to the
