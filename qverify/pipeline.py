@@ -255,5 +255,5 @@ def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates:
         say(f"eval {', '.join(ids)} ({', '.join(suites)}, {spec.replicates} replicates)"
             + (f", {', '.join(twins)} (greedy)" if twins else "") + " …")
         evaluate_builds(workdir, ids + twins, spec, show_progress=not quiet, warn=out.warn if out is not None else None,
-                        suites_by_build=dict.fromkeys(twins, ["greedy"]))
+                        suites_by_build={t: ["greedy"] for t in twins})
     return results[0].manifest.build_id, [r.manifest.build_id for r in results[1:]]

@@ -30,7 +30,7 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
             group = [s for s, m in want.items() if m == n]
             spec = EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving)
             evaluate_builds(wd, builds + twins, spec, show_progress=show_progress,
-                            suites_by_build=dict.fromkeys(twins, ["greedy"]))
+                            suites_by_build={t: ["greedy"] for t in twins})
         got = []
         for build in builds:
             ms = {s: RunStore(wd.runs / build / s).read_manifest() for s in want}

@@ -26,7 +26,7 @@ from pathlib import Path
 from qverify.errors import BadInput, InfraError
 from qverify.models import BuildManifest, content_hash, utcnow
 from qverify.quantize import manifest as mf
-from qverify.quantize.build import BuildResult, OnStage, _publish, _reuse
+from qverify.quantize.build import BuildResult, OnStage, clean_stale, publish, reuse_existing
 from qverify.quantize.loader import DRAFTER_DIR, verify_build
 from qverify.quantize.recipe import Recipe, parse_recipe
 from qverify.workdir import BUILD_MANIFEST, Workdir, manifest_path
@@ -91,11 +91,12 @@ def compose_twin(workdir: Path | str | Workdir, baseline: str, candidate: str, o
                        fix="gate the candidate against a baseline built from the same model")
     build_id = twin_id(base, cand)
     out_dir = wd.build_dir(build_id)
-    reused = _reuse(out_dir, build_id, force=False)
+    reused = reuse_existing(out_dir, build_id, force=False)
     if reused is not None:
         return BuildResult(out_dir, reused, reused=True)
     t0, seconds = time.time(), {}
     rec = twin_recipe(base, cand)
+    clean_stale(out_dir)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -130,7 +131,7 @@ def compose_twin(workdir: Path | str | Workdir, baseline: str, candidate: str, o
         seconds["verify"] = round(time.time() - t0 - seconds["compose"], 2)
         if on_stage:
             on_stage("verify", seconds["verify"])
-        _publish(tmp, out_dir)
+        publish(tmp, out_dir)
         report.build_dir = str(out_dir)
         return BuildResult(out_dir, manifest, reused=False, seconds=seconds, verify=report)
     except BaseException:

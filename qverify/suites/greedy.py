@@ -27,7 +27,6 @@ from qverify.suites.coding import CodingSuite
 from qverify.suites.metric_spec import MetricSpec
 from qverify.suites.toolcall import generate_toolcall_items
 
-
 # wherever a PASS is possible, a changed share m moves coding's or toolcall's greedy score by <= m n / k <= 0.03
 MATCH_TOLERANCE = 0.0145
 
