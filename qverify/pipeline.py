@@ -215,8 +215,8 @@ def ensure_twins(workdir: Workdir, baseline: str, candidates: list[str], say: Ca
     twins = []
     for cand in candidates:
         m = workdir.build_manifest(cand)
-        if base is None or m is None or not needs_twin(base, m):
-            continue
+        if base is None or m is None or not needs_twin(base, m) or m.source_hash != base.source_hash:
+            continue  # nothing to compose (another source model: the gate refuses greedy/match and says why)
         r = compose_twin(workdir, baseline, cand)
         if say:
             say(f"  {'reused' if r.reused else 'composed'} {r.manifest.build_id} (greedy/match's reference: the target "

@@ -37,7 +37,7 @@ def _row(m: MetricResult) -> list[str]:
     p = "" if m.p_value is None else f"{m.p_value:.2g}" + ("" if m.p_adjusted is None else f" ({m.p_adjusted:.2g})")
     why = m.reason + (f" → {m.advice}" if m.advice else "")
     return [m.metric, _num(m.baseline_mean) + _spread(m.baseline_spread), _num(m.candidate_mean) + _spread(m.candidate_spread),
-            f"{m.delta:+.3f} [{m.ci_low:+.3f}, {m.ci_high:+.3f}]", _num(m.noise_band), _num(m.tolerance),
+            f"{m.delta:+.3f} [{m.ci_low:+.3f}, {m.ci_high:+.3f}]", _num(m.noise_band), f"{m.tolerance:.4g}",
             _num(m.mde), p, _flips(m), verdict, why]
 
 
@@ -79,7 +79,7 @@ def render(report: GateReport, console: Console) -> None:
 def _metric_line(m: MetricResult, name_w: int) -> str:
     band = f"run SD {_num(m.noise_band)}"
     return (f"{m.metric:<{name_w}}  Δ {m.delta:+.3f} [{m.ci_low:+.3f}, {m.ci_high:+.3f}]  {band:<12} "
-            f"tol {_num(m.tolerance)}  {m.verdict}")
+            f"tol {m.tolerance:.4g}  {m.verdict}")
 
 
 def compact_lines(report: GateReport, width: int = LOG_WIDTH) -> list[str]:
