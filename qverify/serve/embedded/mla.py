@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import rotate_half
 
 from qverify.serve.embedded.kv_fp8 import fp8_roundtrip
-from qverify.serve.embedded.mqa_kernel import attention_pieces, length_mask, ready as kernel_ready
+from qverify.serve.embedded.mqa_kernel import attention_pieces, length_mask
+from qverify.serve.embedded.mqa_kernel import ready as kernel_ready
 
 
 def effective_weight(linear: torch.nn.Module) -> torch.Tensor:

@@ -21,7 +21,8 @@ import torch
 from qverify.serve.embedded.kv_fp8 import ScaleMode, kv_quant_enabled, latent_scale
 from qverify.serve.embedded.mla import MLALayer, PromptPlan, PromptTable, decode_attention, rope_tables
 from qverify.serve.embedded.moe import moe_forward, plain_fused_experts
-from qverify.serve.embedded.mqa_kernel import fused_decode, load as load_attention_kernel
+from qverify.serve.embedded.mqa_kernel import fused_decode
+from qverify.serve.embedded.mqa_kernel import load as load_attention_kernel
 
 
 @dataclass
