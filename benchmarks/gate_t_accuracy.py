@@ -38,6 +38,7 @@ from qverify.gate.sequential import look_sizes  # noqa: E402
 TEN = look_sizes(100, 100, 1000)
 ROWS = [  # (label, model, damage, coupling, looks, alpha)
     ("1 look n=100", "noisy", "diffuse", 0.0, [100], 0.05),
+    ("1 look n=250", "noisy", "diffuse", 0.5, [250], 0.05),
     ("1 look n=500", "noisy", "diffuse", 0.5, [500], 0.05),
     ("1 look n=500", "noisy", "diffuse", 0.5, [500], 0.01),
     ("10 looks", "noisy", "diffuse", 0.0, TEN, 0.05),
