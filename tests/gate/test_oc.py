@@ -50,8 +50,9 @@ SEQ_TRIALS = 4000
 SEQ_LIMIT = 0.05 + 3 * np.sqrt(0.05 * 0.95 / SEQ_TRIALS)  # 0.060
 
 
-# the noisy model at coupling 0: there the per-look t bound itself is at its level at 0.01-0.05 (at coupling 0.5
-# it reads ~7% over at 500 items, 20,000 trials: the bound's accuracy, tested above and tabled in docs/gate.md)
+# The per-look bound leaves a small excess at Delta = -tol under 10 looks (noisy model: FAIL ~0.054 at coupling 0,
+# ~0.052 at 0.5, 40,000-100,000 trials; the plug-in skewness of Hall's correction, benchmarks/gate_t_accuracy.py and
+# docs/gate.md). The 3-SE allowance (0.060) covers it and still separates the uncorrected naive looks (> 0.06).
 @pytest.mark.parametrize("model,damage,coupling", [("noisy", "diffuse", 0.0), ("stable", "concentrated", 0.9)])
 def test_error_control_under_sequential_looks(oc, model, damage, coupling):
     """Ten looks at Delta = -tol, 4,000 trials: with the group-sequential levels the chance of a PASS at any
