@@ -26,11 +26,11 @@ import numpy as np
 from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gate_oc as oc  # noqa: E402
+import gate_oc as oc
 
-from qverify.gate.boundaries import nominal_levels  # noqa: E402
-from qverify.gate.bounds import _g, paired_bounds  # noqa: E402
-from qverify.gate.sequential import look_sizes  # noqa: E402
+from qverify.gate.boundaries import nominal_levels
+from qverify.gate.bounds import _g, paired_bounds
+from qverify.gate.sequential import look_sizes
 
 TEN = look_sizes(100, 100, 1000)
 LEVEL_ROWS = [  # (label, model, damage, coupling, looks, alpha)
@@ -157,7 +157,7 @@ def gate_table(gates: int) -> None:
     print("|---|---|---|---|---|---|")
     for label, state in oc.GATE_STATES[:3]:
         for name, des in (("fixed", fx), ("sequential", sq)):
-            b, a = before_after(lambda: oc.whole_gate(state, gates, np.random.default_rng(31), *des))
+            b, a = before_after(lambda s=state, x=des: oc.whole_gate(s, gates, np.random.default_rng(31), *x))
             print(f"| {label} | {name} | {b['PASS']:.3f} / {b['FAIL']:.3f} | {b['median_requests']:.0f} | "
                   f"{a['PASS']:.3f} / {a['FAIL']:.3f} | {a['median_requests']:.0f} |", flush=True)
 
@@ -168,7 +168,7 @@ def grid_table(trials: int) -> None:
           f"the same seed before and after")
     print("| model | damage | coupling | n | K | Δ/tol | before PASS / FAIL | after PASS / FAIL |\n|---|---|---|---|---|---|---|---|")
     for pt in rows:
-        b, a = before_after(lambda: oc.fixed(pt, trials, np.random.default_rng(41)))
+        b, a = before_after(lambda p=pt: oc.fixed(p, trials, np.random.default_rng(41)))
         print(f"| {pt.model} | {pt.damage} | {pt.coupling} | {pt.n} | {pt.k} | {pt.delta / oc.TOL:+.1f} | "
               f"{b['PASS']:.4f} / {b['FAIL']:.4f} | {a['PASS']:.4f} / {a['FAIL']:.4f} |", flush=True)
 

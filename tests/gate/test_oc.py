@@ -46,6 +46,19 @@ def test_ceiling_suite_with_5pct_item_loss_never_passes(oc, n):
     assert r["PASS"] <= LIMIT, r
 
 
+def test_the_skewness_correction_holds_its_level_where_the_sample_skewness_misleads(oc):
+    """100 items, coupling 0, level 0.01 at Delta = -tol, 40,000 trials (SE 0.0005): here mostly-zero differences
+    make the sample skewness track the sample mean, and Hall's correction with it FAILed 0.0115-0.0119 (four
+    seeds; PASS 0.007). Estimated at the margin (exponential tilt) it FAILs 0.0093-0.0095. The limit, 0.01 + 2.5 SE,
+    fails the old estimate and passes the new one with 3 SE to spare."""
+    from qverify.gate.bounds import paired_bounds
+
+    d, bounded = oc.paired_d(oc.Point(-oc.TOL, 100, 3, 0.0, "diffuse", "noisy"), 40_000, np.random.default_rng(1), 100)
+    b = paired_bounds(d, oc.TOL, 0.01, bounded=bounded, exact_p=False)
+    limit = 0.01 + 2.5 * np.sqrt(0.01 * 0.99 / 40_000)
+    assert np.mean(b.upper < -oc.TOL) <= limit and np.mean(b.lower > -oc.TOL) <= limit
+
+
 SEQ_TRIALS = 4000
 SEQ_LIMIT = 0.05 + 3 * np.sqrt(0.05 * 0.95 / SEQ_TRIALS)  # 0.060
 
