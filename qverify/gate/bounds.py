@@ -18,7 +18,10 @@ items are the clusters). Two bounds are combined:
 
 The same bounds are the tests: PASS (non-inferiority) when lower > -tol, FAIL when
 upper < -tol; p_pass / p_fail are the matching one-sided p-values (for Holm).
-scipy.stats' t/beta/binom quantiles are used; nothing here is hand-rolled beyond the algebra.
+scipy.stats' t/beta/binom quantiles are used; beyond the algebra, only the exponential tilt's
+solve is hand-written (tilted_skewness: a damped Newton step on every sample at once; scipy.optimize's
+vectorised newton has no step limit, and an undamped step overshoots when the margin is near the
+sample's edge).
 """
 
 from __future__ import annotations
