@@ -179,11 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gate", type=int, default=0, help="also whole gates, this many per cell")
     ap.add_argument("--grid", type=int, default=0, help="also gate_oc.py's fixed grid at the margin, trials per row")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--no-level", action="store_true", help="skip the level, power and cause tables")
     a = ap.parse_args(argv)
     rng, t0 = np.random.default_rng(a.seed), time.time()
-    level_table(a.trials, rng)
-    power_table(a.trials // 2, rng)
-    conditional_skew(a.trials, rng)
+    if not a.no_level:
+        level_table(a.trials, rng)
+        power_table(a.trials // 2, rng)
+        conditional_skew(a.trials, rng)
     if a.gate:
         gate_table(a.gate)
     if a.grid:
