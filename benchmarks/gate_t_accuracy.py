@@ -162,6 +162,20 @@ def gate_table(gates: int) -> None:
                   f"{a['PASS']:.3f} / {a['FAIL']:.3f} | {a['median_requests']:.0f} |", flush=True)
 
 
+def one_metric_table(trials: int) -> None:
+    """gate_oc.py's one-metric comparison at its design: fixed n = 250 against 16 rounds of 20 (HSD 1)."""
+    print(f"\n# one metric (noisy, diffuse, coupling 0.5, K 3): fixed n = 250 (1500 requests) vs sequential 16 x 20 items; "
+          f"{trials} trials per cell, the same seed before and after")
+    print("| Δ/tol | design | before PASS / FAIL | before median requests | after PASS / FAIL | after median requests |")
+    print("|---|---|---|---|---|---|")
+    for dl in (0.0, -1.0, -2.0):
+        pt = oc.Point(dl * oc.TOL, 250, 3, 0.5, "diffuse", "noisy")
+        for name, args in (("fixed", (250, 250, 250)), ("sequential", (20, 20, 320))):
+            b, a = before_after(lambda x=args, p=pt: oc.sequential(p, trials, np.random.default_rng(51), *x))
+            print(f"| {dl:+.1f} | {name} | {b['PASS']:.3f} / {b['FAIL']:.3f} | {b['median_requests']:.0f} | "
+                  f"{a['PASS']:.3f} / {a['FAIL']:.3f} | {a['median_requests']:.0f} |", flush=True)
+
+
 def grid_table(trials: int) -> None:
     rows = [p for p in oc.grid(False) if abs(p.delta + oc.TOL) < 1e-12 or p.model != "noisy"]
     print(f"\n# gate_oc.py's fixed grid at the margin (and its ceiling and few-item rows), {trials} trials per row, "
@@ -178,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=40_000)
     ap.add_argument("--gate", type=int, default=0, help="also whole gates, this many per cell")
     ap.add_argument("--grid", type=int, default=0, help="also gate_oc.py's fixed grid at the margin, trials per row")
+    ap.add_argument("--one", type=int, default=0, help="also gate_oc.py's one-metric fixed vs sequential, trials per cell")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-level", action="store_true", help="skip the level, power and cause tables")
     a = ap.parse_args(argv)
@@ -188,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         conditional_skew(a.trials, rng)
     if a.gate:
         gate_table(a.gate)
+    if a.one:
+        one_metric_table(a.one)
     if a.grid:
         grid_table(a.grid)
     print(f"# {time.time() - t0:.0f} s", file=sys.stderr)
