@@ -25,6 +25,9 @@ def utcnow() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+DRAFTER_PREFIX = "drafter/"  # a build's drafter lives in its drafter/ folder (qverify.quantize.loader.DRAFTER_DIR)
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -67,7 +70,17 @@ class BuildManifest(Strict):
         None, description="what the source already carried (e.g. Kimi's INT4 routed experts), kept byte for byte")
     carried_files: list[str] = Field(default_factory=list, description="non-weight source files carried into the build")
     drafter_kind: str = Field("causal-lm", description="'causal-lm' (reloaded and compared) or 'eagle3' (checked, carried)")
+    composed_from: dict[str, str] | None = Field(
+        None, description="a composed build (qverify/quantize/twin.py): {'target': build id, 'drafter': build id}")
     created: str = Field(default_factory=utcnow)
+
+    def part_hashes(self, part: Literal["target", "drafter"]) -> dict[str, str]:
+        """tensor_hashes of the served target or of the drafter (files under drafter/). recipe.yaml is
+        provenance, not served content, so it is in neither: a composed build's differs by design."""
+        drafter = {k: v for k, v in self.tensor_hashes.items() if k.startswith(DRAFTER_PREFIX)}
+        if part == "drafter":
+            return drafter
+        return {k: v for k, v in self.tensor_hashes.items() if k not in drafter and not k.startswith("recipe.yaml::")}
 
 
 # --------------------------------------------------------------------------- serve
@@ -252,6 +265,9 @@ class CandidateReport(Strict):
     integrity: list[str] = Field(default_factory=list, description="why the gate refused to pass (empty: runs are comparable)")
     seed_salts: dict[str, list[int]] = Field(default_factory=dict, description="the runs' seed salts per side; "
                                              "equal salts: replicate k shares its seed across builds (common random numbers)")
+    compared_with: dict[str, str] = Field(default_factory=dict, description="metric -> the build it was compared with "
+                                          "when that is not the baseline (greedy/match: the candidate's target with the "
+                                          "baseline's drafter, docs/gate.md)")
 
 
 class GateReport(Strict):

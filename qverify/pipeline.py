@@ -171,24 +171,28 @@ def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str] | 
 
 
 def evaluate_builds(workdir: Workdir, build_refs: list[str], spec: EvalSpec, show_progress: bool = True,
-                    warn: Callable[[str], None] | None = None) -> None:
+                    warn: Callable[[str], None] | None = None, suites_by_build: dict[str, list[str]] | None = None) -> None:
     """Evaluate several builds on the same spec. On the embedded backend they run at the same time, each on
     its own one-thread server: the embedded server computes on one thread (torch.set_num_threads(1): more
     threads are slower at these sizes), so one build at a time left the other core of a 2-core box idle.
     A GPU server (sglang), a remote endpoint or a fixed --port runs them one after another. Progress bars
-    are off when builds run together (one live display per terminal)."""
+    are off when builds run together (one live display per terminal). `suites_by_build`: a build evaluated on
+    fewer suites than the spec's (a twin, on greedy only)."""
     import os
     from concurrent.futures import ThreadPoolExecutor
 
     serving = spec.serving or ServingProfile()
+    specs = {b: spec.override(suites=[s for s in spec.suites if s in suites_by_build[b]])
+             if suites_by_build and b in suites_by_build else spec for b in build_refs}
+    build_refs = [b for b in build_refs if specs[b].suites]
     workers = min(len(build_refs), os.cpu_count() or 1) if serving.backend == "local" and spec.port is None else 1
     if workers <= 1:
         for b in build_refs:
-            evaluate_build(workdir, b, spec=spec, show_progress=show_progress, warn=warn)
+            evaluate_build(workdir, b, spec=specs[b], show_progress=show_progress, warn=warn)
         return
     # an error leaves the `with` only after the pool has waited for every build: their results are all written
     with ThreadPoolExecutor(workers, thread_name_prefix="eval") as pool:
-        for f in [pool.submit(evaluate_build, workdir, b, spec=spec, show_progress=False, warn=warn) for b in build_refs]:
+        for f in [pool.submit(evaluate_build, workdir, b, spec=specs[b], show_progress=False, warn=warn) for b in build_refs]:
             f.result()
 
 
@@ -200,6 +204,25 @@ def suites_for_recipes(suites: list[str], recipes: list[str]) -> list[str]:
     if "greedy" not in suites and any(load_recipe(r).recipe.serving.requires_drafter for r in recipes):
         return [*suites, "greedy"]
     return suites
+
+
+def ensure_twins(workdir: Workdir, baseline: str, candidates: list[str], say: Callable[[str], None] | None = None) -> list[str]:
+    """Compose (or reuse) greedy/match's reference for each candidate that changes target and drafter together:
+    its target with the baseline's drafter (qverify/quantize/twin.py; the gate finds it by content)."""
+    from qverify.quantize.twin import compose_twin, needs_twin
+
+    base = workdir.build_manifest(baseline)
+    twins = []
+    for cand in candidates:
+        m = workdir.build_manifest(cand)
+        if base is None or m is None or not needs_twin(base, m) or m.source_hash != base.source_hash:
+            continue  # nothing to compose (another source model: the gate refuses greedy/match and says why)
+        r = compose_twin(workdir, baseline, cand)
+        if say:
+            say(f"  {'reused' if r.reused else 'composed'} {r.manifest.build_id} (greedy/match's reference: the target "
+                f"of {cand}, the drafter of {baseline})")
+        twins.append(r.manifest.build_id)
+    return twins
 
 
 def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], suites: list[str], out=None,
@@ -225,8 +248,12 @@ def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates:
     sv = cfg.serving
     spec = EvalSpec.from_config(cfg, suites=suites,
                                 serving=resolve_profile(sv.backend, sv.profile, sv.endpoint, sv.api_key_env))
+    ids = [r.manifest.build_id for r in results]
+    # greedy/match's references (twins): composed here, evaluated on greedy alongside (`gate --budget` composes its own)
+    twins = ensure_twins(workdir, ids[0], ids[1:], say) if evaluate and "greedy" in suites else []
     if evaluate:  # `gate --budget` evaluates in rounds itself
-        ids = [r.manifest.build_id for r in results]
-        say(f"eval {', '.join(ids)} ({', '.join(suites)}, {spec.replicates} replicates) …")
-        evaluate_builds(workdir, ids, spec, show_progress=not quiet, warn=out.warn if out is not None else None)
+        say(f"eval {', '.join(ids)} ({', '.join(suites)}, {spec.replicates} replicates)"
+            + (f", {', '.join(twins)} (greedy)" if twins else "") + " …")
+        evaluate_builds(workdir, ids + twins, spec, show_progress=not quiet, warn=out.warn if out is not None else None,
+                        suites_by_build={t: ["greedy"] for t in twins})
     return results[0].manifest.build_id, [r.manifest.build_id for r in results[1:]]

@@ -70,11 +70,15 @@ def write_run(runs_root: Path, build_id: str, suite: str, res: dict[int, list[It
     return store
 
 
-def write_build(builds_root: Path, build_id: str, recipe: str, manifest_build_id: str | None = None) -> Path:
+def write_build(builds_root: Path, build_id: str, recipe: str, manifest_build_id: str | None = None,
+                target: str = "t0", drafter: str = "d0") -> Path:
+    """A build.json only; `target` / `drafter` name its content (one tensor hash each), which is what
+    greedy/match's reference is found by (qverify.gate.reference)."""
     d = builds_root / build_id
     d.mkdir(parents=True, exist_ok=True)
+    hashes = {"model.safetensors::w": target, "drafter/model.safetensors::w": drafter}
     bm = BuildManifest(build_id=manifest_build_id or build_id, recipe=recipe, recipe_hash="r", recipe_text="",
-                       source_model="synthetic", source_hash="s")
+                       source_model="synthetic", source_hash="s", tensor_hashes=hashes)
     (d / "build.json").write_text(bm.model_dump_json(indent=2))
     return d
 

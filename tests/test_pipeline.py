@@ -69,3 +69,38 @@ def test_builds_are_evaluated_at_the_same_time_on_the_embedded_backend(tmp_path)
                       for r in RunStore(w.run_dir(b, "toolcall")).results(0))
 
     assert answers(wd, ids[0]) == answers(wd, ids[1]) == answers(alone, only)
+
+
+def test_gate_recipe_and_its_rounds_compose_the_twin_and_evaluate_it_on_greedy_alongside(tiny_model_dir, tmp_path):
+    """`qverify gate --recipe` for a candidate that changes target and drafter: ensure_runs composes the twin (its
+    target, the baseline's drafter) and evaluates it on the greedy suite only, on the candidate's items; the
+    `--budget` rounds grow it in step with the candidate; the gate compares greedy/match with it. Real builds,
+    real embedded servers on a tiny random model."""
+    from qverify.config import QVerifyConfig
+    from qverify.evals.store import RunStore
+    from qverify.gate import run_gate
+    from qverify.gate.rounds import gate_in_rounds
+    from qverify.pipeline import ensure_runs
+    from qverify.workdir import Workdir
+
+    wd = Workdir.at(tmp_path / "wd").ensure()
+    cfg = QVerifyConfig(model=str(tiny_model_dir), suites=["greedy"], limit=4, replicates=1, calib_samples=8,
+                        calib_seq_len=64, report=False)
+    base, (cand,) = ensure_runs(wd, cfg, "bf16", ["fp8kv_nvfp4shared_fp8drafter"], ["greedy", "toolcall"])
+    twins = [d.name for d in wd.build_dirs() if wd.build_manifest(d.name).composed_from]
+    assert len(twins) == 1 and wd.build_manifest(twins[0]).composed_from == {"target": cand, "drafter": base}
+
+    def runs(n: int) -> None:
+        ms = {b: RunStore(wd.run_dir(b, "greedy")).read_manifest() for b in (base, cand, twins[0])}
+        assert all(m is not None and m.complete and m.n_items == n for m in ms.values()), ms
+        assert len({m.item_set_hash for m in ms.values()}) == 1
+
+    runs(4)
+    assert not wd.run_dir(twins[0], "toolcall").exists()  # the twin serves greedy/match only
+    assert run_gate(wd, base, [cand], ["greedy"], cfg, write=False).candidates[0].compared_with == \
+        {"greedy/match": twins[0]}
+    # two rounds of 4 items x 1 replicate on 3 builds (baseline, candidate, twin): 24 requests
+    report, looks, _ = gate_in_rounds(wd, cfg, base, [cand], ["greedy"], "24", show_progress=False)
+    runs(8)
+    assert len(looks) == 2 and looks[-1].requests == 24
+    assert report.candidates[0].compared_with == {"greedy/match": twins[0]}

@@ -14,6 +14,7 @@ from qverify.gate import design as dz
 from qverify.gate import pairwise as pw
 from qverify.gate.loader import RunData
 from qverify.gate.metrics import MetricSpec, apply_rules, expand, specs_for_suite
+from qverify.gate.reference import MatchReference
 from qverify.gate.rule import Evidence
 
 # Suites scored as finished answers: an answer cut at max_tokens was never given. Above this
@@ -26,8 +27,10 @@ def common_items(base: RunData, cand: RunData) -> list[str]:
     return sorted(set(base.items) & set(cand.items))
 
 
-def suite_metrics(base: RunData, cand: RunData, rules: dict[str, MetricRule]) -> list[Evidence]:
-    """Every declared metric of the suite, with qverify.toml's rules applied; undefined ones as refusals."""
+def suite_metrics(base: RunData, cand: RunData, rules: dict[str, MetricRule],
+                  match_ref: MatchReference | None = None) -> list[Evidence]:
+    """Every declared metric of the suite, with qverify.toml's rules applied; undefined ones as refusals.
+    greedy/match is compared with `match_ref` (qverify.gate.reference; None: the baseline)."""
     keys = set(base.scores) | set(cand.scores)
     specs = [apply_rules(s, rules) for s in expand(specs_for_suite(base.suite), keys)]
     items = common_items(base, cand)
@@ -45,9 +48,10 @@ def suite_metrics(base: RunData, cand: RunData, rules: dict[str, MetricRule]) ->
         elif s.statistic == "trigger_f1":
             out.append(_trigger(s, base, cand, items))
         elif s.statistic == "match":
-            out.append(_match(s, base, cand, items))
-    # an informational metric a run does not emit is left out; a gated one stays, as a refusal
-    out = [ev for ev in out if ev.gated or ev.refusal is None]
+            out.append(_match_against(s, match_ref or MatchReference(build_id=base.build_id, run=base), cand))
+    # an informational metric a run does not emit is left out; a gated one stays, as a refusal (and so does a
+    # metric that is not gated because it has nothing to measure: the report says why)
+    out = [ev for ev in out if ev.gated or ev.refusal is None or ev.details.get("not_applicable")]
     for ev in out:
         ev.pass_block = ev.pass_block or block
     return out
@@ -113,8 +117,20 @@ def _trigger(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> E
     return Evidence(s.name, s.direction, s.tolerance, d, s.gated, details=details)
 
 
+def _match_against(s: MetricSpec, ref: MatchReference, cand: RunData) -> Evidence:
+    if ref.not_applicable:
+        return Evidence(s.name, s.direction, s.tolerance, np.array([]), gated=False, refusal=ref.not_applicable,
+                        details={"not_applicable": True})
+    if ref.refusal or ref.run is None:
+        return _refused(s, ref.refusal or "no reference build for greedy/match")
+    ev = _match(s, ref.run, cand, common_items(ref.run, cand))
+    ev.details["reference"] = ref.build_id
+    return ev
+
+
 def _match(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> Evidence:
-    """greedy/match: identity with the baseline's runs (j != k) against the baseline's identity with itself."""
+    """greedy/match: identity with the reference's runs (j != k) against the reference's identity with itself
+    (the reference: the baseline, or the candidate's twin, qverify.gate.reference)."""
     bo, co = base.output_rows(items), cand.output_rows(items)
     kb, kc = len(base.replicates), len(cand.replicates)
     same = lambda x, y: np.nan if x is None or y is None else float(x == y)  # noqa: E731
@@ -122,9 +138,9 @@ def _match(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> Evi
     cm = np.array([[same(bo[i][k], co[i][j]) for k, j in dz.cross_pairs(kb, kc)] for i in range(n)]).reshape(n, -1)
     pairs = dz.base_pairs(kb, ordered=False)
     bm = np.array([[same(bo[i][k], bo[i][l]) for k, l in pairs] for i in range(n)]).reshape(n, len(pairs))
-    note = "baseline: pairs of its runs; candidate: (baseline k, candidate j != k)"
+    note = "reference: pairs of its runs; candidate: (reference k, candidate j != k)"
     if not pairs:  # one baseline run: assume the stack reproduces itself (the conservative choice)
-        bm, note = np.where(np.isnan(cm[:, :1]), np.nan, 1.0), note + "; one baseline run: its self-identity taken as 1"
+        bm, note = np.where(np.isnan(cm[:, :1]), np.nan, 1.0), note + "; one reference run: its self-identity taken as 1"
     d, rows = dz.mean_diffs(bm, cm)
     return Evidence(s.name, s.direction, s.tolerance, d, s.gated, bounded=True,
                     details={**_summary(bm[rows], cm[rows]), "pairs": note})

@@ -61,6 +61,11 @@ class Plan:
     budget_requests: int | None = None
     budget_seconds: float | None = None
     gamma: float = SPEND_GAMMA
+    extra_builds: dict[str, int] = field(default_factory=dict)  # suite -> builds evaluated besides baseline and
+    # candidates (greedy: the candidates' twins, greedy/match's references), counted in the requests
+
+    def requests_for(self, new_items: dict[str, int], n_builds: int) -> int:
+        return sum(n * self.replicates * (n_builds + self.extra_builds.get(s, 0)) for s, n in new_items.items())
 
     def items_at(self, suite: str, look: int) -> int:
         return self.first[suite] * look
@@ -77,13 +82,14 @@ class Plan:
 
 
 def make_plan(suites: list[str], first: dict[str, int], replicates: int, n_builds: int, alpha: float,
-              budget: str, time_looks: int = MAX_LOOKS) -> Plan:
+              budget: str, time_looks: int = MAX_LOOKS, extra_builds: dict[str, int] | None = None) -> Plan:
     """A request budget buys J = budget // (requests of a full round) looks; a time budget plans
     `time_looks` (qverify.toml `looks`) and stops when the next round would not fit."""
     requests, seconds = parse_budget(budget)
-    per_round = n_builds * replicates * sum(first.values())
-    looks = time_looks if requests is None else max(1, min(MAX_LOOKS * 4, requests // per_round))
-    return Plan(suites, first, looks, replicates, alpha, requests, seconds)
+    plan = Plan(suites, first, time_looks, replicates, alpha, requests, seconds, extra_builds=dict(extra_builds or {}))
+    if requests is not None:
+        plan.looks = max(1, min(MAX_LOOKS * 4, requests // plan.requests_for(first, n_builds)))
+    return plan
 
 
 @dataclass
@@ -106,7 +112,10 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
     evaluate(builds, {suite: n}) brings each build's runs to their first n items (the builds may run at once);
     gate(suites, look) gates all candidates on those suites at that look's levels (LookLevels).
     """
-    seq_id = "seq-" + content_hash({"baseline": baseline, "candidates": candidates, "plan": asdict(plan)}, 12)
+    key = asdict(plan)
+    if not plan.extra_builds:  # sequences planned before twins existed keep their ids (and resume)
+        key.pop("extra_builds")
+    seq_id = "seq-" + content_hash({"baseline": baseline, "candidates": candidates, "plan": key}, 12)
     state_path = root / seq_id / "sequence.json"
     looks = _load(state_path)
     frozen: dict[str, dict[str, MetricResult]] = {c: {} for c in candidates}
@@ -138,8 +147,8 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
         if not family:
             family = {c.build_id: sum(m.gated for m in c.metrics) for c in report.candidates}
         prev = looks[-1].requests if looks else 0
-        new = sum(n - (looks[-1].items.get(s, 0) if looks else 0) for s, n in items.items())
-        lk = Look(j, levels[j - 1], items, prev + new * plan.replicates * (1 + len(candidates)), spent_s,
+        new = {s: n - (looks[-1].items.get(s, 0) if looks else 0) for s, n in items.items()}
+        lk = Look(j, levels[j - 1], items, prev + plan.requests_for(new, 1 + len(candidates)), spent_s,
                   fail_level=at.fail_level(max(family.values(), default=1)))
         for c in report.candidates:
             lk.metrics[c.build_id] = {}
@@ -201,7 +210,8 @@ def _final(last: GateReport | None, frozen: dict[str, dict[str, MetricResult]], 
         reasons = [f"{m.metric}: {m.reason}" for m in gated if m.verdict == verdict] if verdict != "PASS" else \
             [f"all {len(gated)} gated metrics are within their tolerances"]
         cands.append(CandidateReport(build_id=c.build_id, recipe=c.recipe, verdict=verdict, reasons=reasons,
-                                     metrics=metrics, perf=c.perf, integrity=c.integrity))
+                                     metrics=metrics, perf=c.perf, integrity=c.integrity, seed_salts=c.seed_salts,
+                                     compared_with=c.compared_with))
     order = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
     verdict = max((c.verdict for c in cands), key=order.__getitem__, default="INCONCLUSIVE")
     seq = {"id": seq_id, "plan": asdict(plan), "looks": [{k: v for k, v in asdict(lk).items() if k != "metrics"}

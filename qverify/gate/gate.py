@@ -19,6 +19,8 @@ from qverify.gate.decide import result
 from qverify.gate.integrity import build_problems, pair_problems, run_problems
 from qverify.gate.loader import RunData, load
 from qverify.gate.metrics import check_rule_names
+from qverify.gate.reference import SUITE as REF_SUITE
+from qverify.gate.reference import MatchReference, match_reference
 from qverify.gate.rule import ORDER, build_verdict, decide
 from qverify.models import CandidateReport, GateReport, content_hash
 from qverify.workdir import Workdir
@@ -26,10 +28,13 @@ from qverify.workdir import Workdir
 
 def gate_candidate(build_id: str, recipe: str, base_runs: dict[str, RunData], cand_runs: dict[str, RunData],
                    rules: dict[str, MetricRule], alpha: float = 0.05, noise_k: float | None = None,
-                   integrity: list[str] | None = None, look: LookLevels | None = None) -> CandidateReport:
+                   integrity: list[str] | None = None, look: LookLevels | None = None,
+                   match_ref: MatchReference | None = None) -> CandidateReport:
     """Gate one candidate on the suites present on both sides (runs already checked comparable); at a look of
-    the sequential gate, PASS at the look's nominal level and FAIL at its family-wise levels."""
-    evs = [e for suite, b in base_runs.items() if suite in cand_runs for e in suite_metrics(b, cand_runs[suite], rules)]
+    the sequential gate, PASS at the look's nominal level and FAIL at its family-wise levels. greedy/match is
+    compared with `match_ref` (qverify.gate.reference; None: the baseline)."""
+    evs = [e for suite, b in base_runs.items() if suite in cand_runs
+           for e in suite_metrics(b, cand_runs[suite], rules, match_ref if suite == REF_SUITE else None)]
     if look is not None:
         alpha = look.pass_level
     decisions = decide(evs, alpha, noise_k, fail_level=look.fail_level if look else None,
@@ -37,8 +42,15 @@ def gate_candidate(build_id: str, recipe: str, base_runs: dict[str, RunData], ca
     metrics = [result(d, alpha) for d in decisions]
     verdict, reasons = build_verdict(decisions, [f"refused: {r}" for r in integrity or []])
     perf = {f"{s}/{k}": v for s, r in cand_runs.items() if r.manifest for k, v in r.manifest.perf.items()}
+    compared = {} if match_ref is None or match_ref.build_id in (None, _base_id(base_runs)) else \
+        {m.metric: match_ref.build_id for m in metrics if m.details.get("reference") == match_ref.build_id}
     return CandidateReport(build_id=build_id, recipe=recipe, verdict=verdict, reasons=reasons, metrics=metrics,
-                           perf=perf, integrity=list(integrity or []), seed_salts=seed_salts(base_runs, cand_runs))
+                           perf=perf, integrity=list(integrity or []), seed_salts=seed_salts(base_runs, cand_runs),
+                           compared_with=compared)
+
+
+def _base_id(base_runs: dict[str, RunData]) -> str | None:
+    return next((r.build_id for r in base_runs.values()), None)
 
 
 def seed_salts(base_runs: dict[str, RunData], cand_runs: dict[str, RunData]) -> dict[str, list[int]]:
@@ -94,9 +106,14 @@ def run_gate(workdir: Workdir | Path | str, baseline: str, candidates: list[str]
             problems += bad
             if not bad and not build_bad:  # results of unverified builds prove nothing either way
                 ok.append(s)
+        ref = None
+        if REF_SUITE in ok:  # greedy/match's reference, found by content (qverify.gate.reference)
+            ref = match_reference(wd, baseline, cand, base_runs[REF_SUITE], cand_runs[REF_SUITE], cfg.error_budget)
+            if ref.run is not None and ref.build_id != baseline:
+                prints[f"{cand}/{REF_SUITE}@{ref.build_id}"] = ref.run.fingerprint
         reports.append(gate_candidate(cand, _recipe(wd, cand), {s: base_runs[s] for s in ok},
                                       {s: cand_runs[s] for s in ok}, cfg.thresholds, cfg.alpha, cfg.noise_k, problems,
-                                      look))
+                                      look, ref))
     # rule v2.1: Hall's skewness correction estimated at the margin (qverify.gate.bounds.tilted_skewness)
     settings = {"alpha": cfg.alpha, "noise_k": cfg.noise_k, "rule": "v2.1", "error_budget": cfg.error_budget,
                 "suites": suites, "thresholds": {k: v.model_dump() for k, v in sorted(cfg.thresholds.items())}}

@@ -37,7 +37,7 @@ def _row(m: MetricResult) -> list[str]:
     p = "" if m.p_value is None else f"{m.p_value:.2g}" + ("" if m.p_adjusted is None else f" ({m.p_adjusted:.2g})")
     why = m.reason + (f" → {m.advice}" if m.advice else "")
     return [m.metric, _num(m.baseline_mean) + _spread(m.baseline_spread), _num(m.candidate_mean) + _spread(m.candidate_spread),
-            f"{m.delta:+.3f} [{m.ci_low:+.3f}, {m.ci_high:+.3f}]", _num(m.noise_band), _num(m.tolerance),
+            f"{m.delta:+.3f} [{m.ci_low:+.3f}, {m.ci_high:+.3f}]", _num(m.noise_band), f"{m.tolerance:.4g}",
             _num(m.mde), p, _flips(m), verdict, why]
 
 
@@ -59,6 +59,12 @@ def seed_note(c: CandidateReport) -> str | None:
             "shared seeds between the builds; the paired bounds hold but are wider than with one salt")
 
 
+def reference_notes(c: CandidateReport) -> list[str]:
+    """Metrics compared with a build other than the baseline (greedy/match with the candidate's twin)."""
+    return [f"{metric} compared with {ref} (the candidate's target with the baseline's drafter)"
+            for metric, ref in sorted(c.compared_with.items())]
+
+
 TABLE_MIN_WIDTH = 120  # the table's 11 columns fold into unreadable slivers below this
 LOG_WIDTH = 100
 
@@ -73,7 +79,7 @@ def render(report: GateReport, console: Console) -> None:
 def _metric_line(m: MetricResult, name_w: int) -> str:
     band = f"run SD {_num(m.noise_band)}"
     return (f"{m.metric:<{name_w}}  Δ {m.delta:+.3f} [{m.ci_low:+.3f}, {m.ci_high:+.3f}]  {band:<12} "
-            f"tol {_num(m.tolerance)}  {m.verdict}")
+            f"tol {m.tolerance:.4g}  {m.verdict}")
 
 
 def compact_lines(report: GateReport, width: int = LOG_WIDTH) -> list[str]:
@@ -94,6 +100,8 @@ def compact_lines(report: GateReport, width: int = LOG_WIDTH) -> list[str]:
             out.append(f"  ({len(c.metrics) - len(gated)} informational metrics: see gate.json / the report)")
         if note := seed_note(c):
             wrap(note, "  note: ", "    ")
+        for note in reference_notes(c):
+            wrap(note, "  note: ", "    ")
         for r in c.integrity:
             wrap(r, "  refused: ", "    ")
         if c.verdict != "PASS":
@@ -111,7 +119,7 @@ def render_compact(report: GateReport, console: Console, width: int = LOG_WIDTH)
 def render_table(report: GateReport, console: Console) -> None:
     for c in report.candidates:
         console.print(candidate_table(c, report.baseline_recipe))
-        if note := seed_note(c):
+        for note in filter(None, [seed_note(c), *reference_notes(c)]):
             console.print(f"[dim]note:[/] {note}", highlight=False)
         for r in c.integrity:
             console.print(f"[red]refused:[/] {r}", highlight=False)

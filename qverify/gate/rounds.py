@@ -13,12 +13,15 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
                    budget: str, show_progress: bool = True) -> tuple[GateReport, list[Look], Plan]:
     from qverify.evals.store import RunStore
     from qverify.gate.gate import run_gate, write_report
-    from qverify.pipeline import EvalSpec, evaluate_builds
+    from qverify.pipeline import EvalSpec, ensure_twins, evaluate_builds
     from qverify.serve.profile import resolve_profile
     from qverify.suites import get_suite
 
+    # greedy/match's references (the candidates' twins) grow with the candidates' greedy runs, round by round
+    twins = ensure_twins(wd, baseline, candidates) if "greedy" in suites else []
     first = {s: cfg.limit or get_suite(s).default_n for s in suites}
-    plan = make_plan(suites, first, cfg.replicates, 1 + len(candidates), cfg.alpha, budget, cfg.looks)
+    plan = make_plan(suites, first, cfg.replicates, 1 + len(candidates), cfg.alpha, budget, cfg.looks,
+                     extra_builds={"greedy": len(twins)} if twins else None)
     sv = cfg.serving
     serving = resolve_profile(sv.backend, sv.profile, sv.endpoint, sv.api_key_env)
 
@@ -26,7 +29,8 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
         for n in sorted(set(want.values())):  # one server session per build and distinct item count
             group = [s for s, m in want.items() if m == n]
             spec = EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving)
-            evaluate_builds(wd, builds, spec, show_progress=show_progress)
+            evaluate_builds(wd, builds + twins, spec, show_progress=show_progress,
+                            suites_by_build={t: ["greedy"] for t in twins})
         got = []
         for build in builds:
             ms = {s: RunStore(wd.runs / build / s).read_manifest() for s in want}

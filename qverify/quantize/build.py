@@ -92,7 +92,7 @@ def _is_disk_full(e: BaseException) -> bool:
     return any(s in text for s in ("No space left", "os error 28", "File too large", "os error 27", "Disk quota"))
 
 
-def _clean_stale(out: Path) -> None:
+def clean_stale(out: Path) -> None:
     """Remove temp dirs of earlier builds of this output whose process is gone."""
     for p in out.parent.glob(f".{out.name}.tmp-*"):
         try:
@@ -140,12 +140,12 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
             key["trust_remote_code"] = True
         build_id = f"{rec.name}-{content_hash(key, 12)}"
         out_dir = Path(out).expanduser().resolve() if out else Workdir.at(workdir).build_dir(build_id)
-        reused = _reuse(out_dir, build_id, force)
+        reused = reuse_existing(out_dir, build_id, force)
         if reused is not None:
             return BuildResult(out_dir, reused, reused=True, seconds=seconds)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    _clean_stale(out_dir)
+    clean_stale(out_dir)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -176,7 +176,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
                 raise InfraError(f"the new build failed its load check and was discarded: {e}",
                                  fix="report it with the recipe and model (run with -v for the traceback)") from e
         with _stage("publish", on_stage, seconds):
-            _publish(tmp, out_dir)
+            publish(tmp, out_dir)
         report.build_dir = str(out_dir)
         return BuildResult(out_dir, manifest, reused=False, seconds=seconds, verify=report)
     except BaseException as e:
@@ -187,7 +187,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
         raise
 
 
-def _reuse(out_dir: Path, build_id: str, force: bool) -> BuildManifest | None:
+def reuse_existing(out_dir: Path, build_id: str, force: bool) -> BuildManifest | None:
     if not out_dir.exists() or force:
         return None
     if not is_build(out_dir):
@@ -199,7 +199,7 @@ def _reuse(out_dir: Path, build_id: str, force: bool) -> BuildManifest | None:
     return manifest
 
 
-def _publish(tmp: Path, out_dir: Path) -> None:
+def publish(tmp: Path, out_dir: Path) -> None:
     old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
     if out_dir.exists():
         out_dir.rename(old)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
+from qverify.gate.render import reference_notes
 from qverify.reports.flips import response_text
 from qverify.reports.review import Review
 from qverify.reports.rows import (
@@ -115,6 +116,8 @@ def render_html(review: Review) -> str:
         h.append(f'<h2>{escape(c.recipe)} <code>{escape(c.build_id[:12])}</code> <span class="pill {c.verdict}">{c.verdict}</span></h2>')
         if c.reasons:
             h.append("<ul class=changes>" + "".join(f"<li>{escape(r)}</li>" for r in c.reasons) + "</ul>")
+        for note in reference_notes(c):  # greedy/match compared with the candidate's twin, not the baseline
+            h.append(f'<div class="meta">note: {escape(note)}</div>')
         h.append(_metric_table(metric_rows(review, c.build_id)))
         h.append("<h3>What the recipe changed</h3><ul class=changes>"
                  + "".join(f"<li>{escape(x)}</li>" for x in review.changes[c.build_id]) + "</ul>")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from qverify.gate.render import reference_notes
 from qverify.reports.flips import response_text
 from qverify.reports.html import embed_images, render_html
 from qverify.reports.redact import redact_text
@@ -48,6 +49,7 @@ def render_markdown(review: Review, plots_rel: str = "plots") -> str:
     for c in g.candidates:
         md += [f"## {c.recipe} (`{c.build_id}`): {c.verdict}", ""]
         md += [f"- {r}" for r in c.reasons] + ([""] if c.reasons else [])
+        md += [f"- note: {n}" for n in reference_notes(c)] + ([""] if c.compared_with else [])
         md += [_md_table(METRIC_COLUMNS, [_md_metric_row(r) for r in metric_rows(review, c.build_id)]), ""]
         md += ["**What the recipe changed**", ""] + [f"- {x}" for x in review.changes[c.build_id]] + [""]
     md += ["## Capacity and size", "", _md_table(CAPACITY_COLUMNS, capacity_rows(review)), ""]

@@ -158,3 +158,20 @@ def test_kimi_model_type_builds_without_running_model_code(kimi_shaped, tmp_path
     assert out["model_type"] == "kimi_k2" and out["auto_map"] == cfg["auto_map"]
     assert out["quantization_config"]["config_groups"]["group_0"] == cfg["quantization_config"]["config_groups"]["group_0"]
     assert verify_build(res.build_dir).target_load == "linearized"
+
+
+def test_twin_of_the_production_candidate_on_a_kimi_shaped_build(kimi_built):
+    """greedy/match's reference on Kimi's layout: the candidate's target (INT4 experts as shipped, NVFP4 shared
+    experts, FP8 KV, remote-code tokenizer files) with the baseline's bf16 drafter, composed and load-checked."""
+    from qverify.gate.reference import twin_builds
+    from qverify.quantize.twin import compose_twin
+    from qverify.workdir import Workdir
+
+    base, cand = kimi_built("as_shipped"), kimi_built("fp8kv_nvfp4shared_fp8drafter")
+    wd = Workdir.at(cand.build_dir.parent.parent)
+    twin = compose_twin(wd, base.manifest.build_id, cand.manifest.build_id)
+    assert twin.verify.ok and twin.verify.drafter_load == "transformers" and twin.manifest.trust_remote_code
+    assert twin.manifest.part_hashes("target") == cand.manifest.part_hashes("target")
+    assert twin.manifest.part_hashes("drafter") == base.manifest.part_hashes("drafter")
+    assert (twin.build_dir / "tokenization_kimi.py").read_bytes() == (cand.build_dir / "tokenization_kimi.py").read_bytes()
+    assert twin_builds(wd, base.manifest.build_id, cand.manifest.build_id) == ([twin.manifest.build_id], None)

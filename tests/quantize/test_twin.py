@@ -1,0 +1,62 @@
+"""The drafter reference ("twin"): the candidate's target with the baseline's drafter, composed from real builds
+(llm-compressor on the tiny model), byte for byte, verified, content-addressed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from qverify.quantize.loader import verify_build
+from qverify.quantize.recipe import parse_recipe
+from qverify.quantize.twin import compose_twin, needs_twin
+
+
+def _files(root: Path, drafter: bool) -> dict[str, bytes]:
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_file() and rel.startswith("drafter/") == drafter and rel not in ("build.json", "recipe.yaml"):
+            out[rel] = p.read_bytes()
+    return out
+
+
+def test_twin_is_the_candidates_target_and_the_baselines_drafter_byte_for_byte(built, workdir):
+    base, cand = built("bf16"), built("fp8kv_nvfp4shared_fp8drafter")
+    assert needs_twin(base.manifest, cand.manifest)
+    # a drafter-only candidate has the baseline's target: the baseline itself is its reference
+    assert not needs_twin(base.manifest, built("fp8drafter").manifest)
+    assert built("fp8drafter").manifest.part_hashes("target") == base.manifest.part_hashes("target")
+
+    twin = compose_twin(workdir, base.manifest.build_id, cand.manifest.build_id)
+    assert not twin.reused and twin.verify is not None and twin.verify.ok and twin.verify.drafter_load
+    d = twin.build_dir
+    assert _files(d, drafter=False) == _files(cand.build_dir, drafter=False)
+    assert _files(d, drafter=True) == _files(base.build_dir, drafter=True)
+    assert _files(d, drafter=True) != _files(cand.build_dir, drafter=True)  # the FP8 drafter is gone
+    m = twin.manifest
+    assert m.part_hashes("target") == cand.manifest.part_hashes("target")
+    assert m.part_hashes("drafter") == base.manifest.part_hashes("drafter")
+    assert m.composed_from == {"target": cand.manifest.build_id, "drafter": base.manifest.build_id}
+    assert m.recipe == "fp8kv_nvfp4shared_fp8drafter+bf16drafter" and m.kv_dtype == "fp8_e4m3"
+    rec = parse_recipe(m.recipe_text, Path("x.yaml")).recipe
+    assert rec.drafter is None and rec.target == parse_recipe(cand.manifest.recipe_text, Path("y.yaml")).recipe.target
+    assert m.serving["draft_model_quantization"] is None and m.recipe_hash == rec.digest
+    assert not any(s.scheme.startswith("drafter:") for s in m.quantization)
+    assert verify_build(d).ok  # the normal load check, again from the published directory
+
+    again = compose_twin(workdir, base.manifest.build_id, cand.manifest.build_id)
+    assert again.reused and again.manifest.build_id == m.build_id  # content-addressed: reused
+
+
+def test_the_gate_finds_the_twin_by_content_among_real_builds(built, workdir):
+    """On real manifests: the production candidate's reference is its twin; a drafter-only candidate's is the
+    baseline; a target-only candidate (FP8 KV) carries the baseline's drafter, so greedy/match is not gated."""
+    from qverify.gate.reference import twin_builds
+    from qverify.workdir import Workdir
+
+    wd = Workdir.at(workdir)
+    base, cand = built("bf16").manifest.build_id, built("fp8kv_nvfp4shared_fp8drafter").manifest.build_id
+    twin = compose_twin(workdir, base, cand).manifest.build_id
+    assert twin_builds(wd, base, cand) == ([twin], None)
+    assert twin_builds(wd, base, built("fp8drafter").manifest.build_id) == ([base], None)
+    hits, decided = twin_builds(wd, base, built("fp8kv").manifest.build_id)
+    assert hits == [] and decided is not None and decided.not_applicable
