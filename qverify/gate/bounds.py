@@ -143,14 +143,18 @@ def t_bounds(d: np.ndarray, alpha: float, null: float | None = None
     then answer the test at that margin exactly (L > -tol iff p_pass < alpha); null=None uses the
     sample's own skewness (the rule before, kept for benchmarks/gate_t_accuracy.py's comparison).
     """
-    mean, se, a, b, df = _hall(d, null)
+    return _t_bounds(_hall(d, null), alpha)
+
+
+def _t_bounds(h: tuple[np.ndarray, ...], alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    mean, se, a, b, df = h
     q = sps.t.ppf(1 - alpha, df)
     return mean, se, mean - _g_inv(q, a, b) * se, mean - _g_inv(-q, a, b) * se
 
 
-def _t_p(d: np.ndarray, tol: float, null: float | None) -> tuple[np.ndarray, np.ndarray]:
-    """(p_pass, p_fail) of the corrected t test at the margin -tol; SE = 0 decides by the sign."""
-    mean, se, a, b, df = _hall(d, null)
+def _t_p(h: tuple[np.ndarray, ...], tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """(p_pass, p_fail) of the corrected t test at the margin -tol (h = _hall(d, -tol)); SE = 0 decides by the sign."""
+    mean, se, a, b, df = h
     side = mean + tol
     with np.errstate(divide="ignore", invalid="ignore"):
         w = side / se
@@ -196,9 +200,9 @@ def paired_bounds(d: np.ndarray, tol: float, alpha: float = 0.05, bounded: bool 
     """
     d = np.asarray(d, float)
     n = d.shape[-1]
-    null = -tol if skew_at_margin and bounded else None
-    mean, se, lo, hi = t_bounds(d, alpha, null)
-    p_pass, p_fail = _t_p(d, tol, null)
+    h = _hall(d, -tol if skew_at_margin and bounded else None)
+    mean, se, lo, hi = _t_bounds(h, alpha)
+    p_pass, p_fail = _t_p(h, tol)
     exact = np.zeros(mean.shape, bool)
     if bounded:
         exact = ((d != 0).sum(axis=-1)) < CLT_MIN_DISCORDANT
