@@ -37,6 +37,7 @@ from qverify.gate.sequential import look_sizes
 
 TOL, ALPHA = 0.03, 0.05
 KLD_SELF = 0.2  # the baseline's own run-to-run KL, in tolerances (model "kld")
+SKEW_AT_MARGIN = True  # False: the t bound's skewness from the sample itself, the rule before (gate_t_accuracy.py)
 MODELS = {  # (always right, always wrong); the rest unstable
     "noisy": (0.60, 0.15),  # a T=0.6 suite (toolcall-like): 25% of items flip run to run
     "stable": (0.80, 0.15),  # a T=0 suite on a nondeterministic stack: 5% flip
@@ -100,7 +101,7 @@ def fixed(pt: Point, trials: int, rng: np.random.Generator, chunk: int = 1000) -
         m = min(chunk, trials - s)
         b, c = draw(pt, m, rng)
         d = c.mean(-1, dtype=np.float64) - b.mean(-1, dtype=np.float64)
-        bd = paired_bounds(d, TOL, ALPHA, bounded=True, exact_p=False)
+        bd = paired_bounds(d, TOL, ALPHA, bounded=True, exact_p=False, skew_at_margin=SKEW_AT_MARGIN)
         res = {"PASS": bd.lower > -TOL, "FAIL": bd.upper < -TOL, **anchors(b, c)}
         for key, v in res.items():
             acc[key] = acc.get(key, 0.0) + float(np.sum(v))
@@ -136,9 +137,9 @@ def look_decisions(pt: Point, trials: int, rng: np.random.Generator, looks: list
             open_ = (pa == big) & (fa == big)
             if not open_.any():
                 break
-            bd = paired_bounds(d[open_, :n], TOL, lp, bounded=bounded, exact_p=False)
+            bd = paired_bounds(d[open_, :n], TOL, lp, bounded=bounded, exact_p=False, skew_at_margin=SKEW_AT_MARGIN)
             lo, hi = bd.lower, (bd if lf == lp else paired_bounds(d[open_, :n], TOL, lf, bounded=bounded,
-                                                                 exact_p=False)).upper
+                                                                 exact_p=False, skew_at_margin=SKEW_AT_MARGIN)).upper
             idx = np.flatnonzero(open_)
             fa[idx[hi < -TOL]] = j
             pa[idx[(lo > -TOL) & ~(hi < -TOL)]] = j

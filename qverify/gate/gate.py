@@ -114,8 +114,9 @@ def run_gate(workdir: Workdir | Path | str, baseline: str, candidates: list[str]
         reports.append(gate_candidate(cand, _recipe(wd, cand), {s: base_runs[s] for s in ok},
                                       {s: cand_runs[s] for s in ok}, cfg.thresholds, cfg.alpha, cfg.noise_k, problems,
                                       look, ref))
-    settings = {"alpha": cfg.alpha, "noise_k": cfg.noise_k, "rule": "v2", "error_budget": cfg.error_budget, "suites": suites,
-                "thresholds": {k: v.model_dump() for k, v in sorted(cfg.thresholds.items())}}
+    # rule v2.1: Hall's skewness correction estimated at the margin (qverify.gate.bounds.tilted_skewness)
+    settings = {"alpha": cfg.alpha, "noise_k": cfg.noise_k, "rule": "v2.1", "error_budget": cfg.error_budget,
+                "suites": suites, "thresholds": {k: v.model_dump() for k, v in sorted(cfg.thresholds.items())}}
     if look is not None:
         settings["look"] = {"look": look.look, "of": len(look.fractions), "pass_level": look.pass_level,
                             "gamma": look.gamma, "family": look.family}

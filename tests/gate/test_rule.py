@@ -7,7 +7,7 @@ import pytest
 from scipy import stats as sps
 
 from qverify.gate import design as dz
-from qverify.gate.bounds import CLT_MIN_DISCORDANT, paired_bounds, t_bounds
+from qverify.gate.bounds import CLT_MIN_DISCORDANT, paired_bounds, t_bounds, tilted_skewness
 from qverify.gate.rule import Evidence, build_verdict, decide, holm, step_down
 
 TOL = 0.03
@@ -30,7 +30,7 @@ def test_few_discordant_items_use_the_wider_exact_bound():
     d = np.zeros(300)
     d[:5] = -1.0  # 5 items lost everywhere, nothing gained
     b = paired_bounds(d, TOL, 0.05, bounded=True)
-    t_lower = t_bounds(d, 0.05)[2]
+    t_lower = t_bounds(d, 0.05, -TOL)[2]
     assert b.exact and b.lower == pytest.approx(min(t_lower, -sps.beta.ppf(0.975, 6, 295)))
     d[:CLT_MIN_DISCORDANT] = -1.0
     assert not paired_bounds(d, TOL, 0.05, bounded=True).exact
@@ -46,6 +46,29 @@ def test_the_t_bound_corrects_for_skewed_differences():
     sym = np.zeros(1500)
     sym[:40], sym[40:80] = -1.0, 1.0
     assert t_bounds(sym, 0.05)[2] == pytest.approx(-t_bounds(sym, 0.05)[3], rel=1e-9)
+
+
+def test_tilted_skewness_is_the_skewness_of_the_null_distribution_on_the_sample():
+    """Tilting a {-1, 0} sample to mean -p gives Bernoulli(p)'s skewness, whatever the sample's own share; tilting
+    to the sample's own mean gives its own skewness; a mean outside the sample's range has no tilt (NaN)."""
+    d = np.zeros(400)
+    d[:40] = -1.0  # own share 0.1
+    for p in (0.03, 0.1, 0.3):
+        assert tilted_skewness(d, -p) == pytest.approx(-(1 - 2 * p) / np.sqrt(p * (1 - p)), rel=1e-6)
+    x = np.random.default_rng(0).choice([-1.0, -1 / 3, 0.0, 1 / 3], p=[0.05, 0.05, 0.85, 0.05], size=300)
+    assert tilted_skewness(x, x.mean()) == pytest.approx(sps.skew(x), rel=1e-9)
+    assert np.isnan(tilted_skewness(np.abs(x), -0.03))
+
+
+def test_the_corrected_bound_answers_the_test_at_the_margin():
+    """L > -tol exactly when p_pass < alpha, U < -tol exactly when p_fail < alpha (one skewness for both)."""
+    rng = np.random.default_rng(3)
+    d = rng.choice([-1.0, -1 / 3, 0.0, 1 / 3, 1.0], p=[0.06, 0.06, 0.8, 0.05, 0.03], size=(4000, 250))
+    b = paired_bounds(d, TOL, 0.05, bounded=True, exact_p=False)
+    assert not b.exact.any()  # the t bound alone: 250 items with ~50 changed
+    assert np.array_equal(b.lower > -TOL, b.p_pass < 0.05) and np.array_equal(b.upper < -TOL, b.p_fail < 0.05)
+    assert (b.lower > -TOL).any() and (b.upper < -TOL).any()
+    assert not np.array_equal(b.lower, paired_bounds(d, TOL, 0.05, bounded=True, skew_at_margin=False).lower)
 
 
 def test_item_clustered_se_uses_the_shared_seed_pairing():
