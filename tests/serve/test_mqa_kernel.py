@@ -1,6 +1,6 @@
-"""qverify's decode-attention kernel (serve/embedded/mqa_kernel.py) and the one-pass rope, against references that
-share none of their code: an explicit float64 softmax, transformers' rope functions, and the benchmark's FLOP count
-against a hand count."""
+"""qverify's decode-attention kernel (serve/embedded/mqa_kernel.py), the blocked prefill attention (mla.py) and the
+one-pass rope, against references that share none of their code: an explicit float64 softmax, transformers' rope
+functions, and the benchmark's FLOP count against a hand count."""
 
 from __future__ import annotations
 
@@ -141,3 +141,17 @@ def test_fused_decode_equals_one_softmax_over_prompt_then_own_rows():
         assert torch.allclose(got[b:b + 1].double(), want, rtol=0, atol=2e-5)
     alone = mqa_kernel.fused_decode(q[4:5], prompts, prompt_of[4:5], gen[4:5, :41], gen_lens[4:5], torch.tensor([0]), C)
     assert torch.equal(alone, got[4:5])  # the same bits alone, with a shorter buffer, in another order
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 130, 300])
+def test_prefill_causal_attention_equals_an_explicit_masked_softmax(n):
+    """The blocked prefill attention (mla.causal_attention) against float64 with the whole causal mask at once:
+    a block boundary off by one (a row seeing its next token, or not its own) moves rows by far more than 1e-5."""
+    from qverify.serve.embedded.mla import causal_attention
+
+    g = torch.Generator().manual_seed(n)
+    q, k, v = torch.randn(4, n, 96, generator=g), torch.randn(4, n, 96, generator=g), torch.randn(4, n, 32, generator=g)
+    s = torch.einsum("hqd,hkd->hqk", q.double(), k.double()) * 0.1
+    s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    ref = torch.einsum("hqk,hkd->hqd", torch.softmax(s, -1), v.double())
+    assert (causal_attention(q, k, v, 0.1).double() - ref).abs().max() < 1e-5

@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import rotate_half
 
 from qverify.serve.embedded.kv_fp8 import fp8_roundtrip
@@ -85,6 +84,32 @@ def rope_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave:
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
+PREFILL_BLOCK = 64  # query rows per block (A/B on prompts of 180-1,000 tokens: 64 beat 32, 128 and 256)
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """softmax(q k^T * scale, causal) v for q, k [H, n, d], v [H, n, dv] -> [H, n, dv].
+
+    Why not torch's SDPA: its fused CPU kernel wants V as wide as Q/K (dv 32 against 96 here: else its math path,
+    3x slower), so V had to be padded and two thirds of the P @ V work were zeros; and at 4 heads it ran at 20-35
+    GFLOP/s. Here each block of query rows is two batched GEMMs against the keys up to its last row (the masked
+    upper triangle is only computed inside the diagonal block) with an exact softmax in between: as fast as padded
+    SDPA at ~100 tokens, 1.2-1.7x faster from ~250 (single-thread microbenchmarks), within 1e-6 of it in fp32.
+    Half-precision inputs are computed in fp32 (as the fused kernel accumulates) and the result cast back."""
+    if q.dtype != torch.float32:
+        return causal_attention(q.float(), k.float(), v.float(), scale).to(v.dtype)
+    H, n, _ = q.shape
+    out = torch.empty(H, n, v.shape[-1])
+    B = PREFILL_BLOCK
+    above = torch.ones(B, B, dtype=torch.bool).triu(1)
+    for s in range(0, n, B):
+        t = min(n, s + B)
+        scores = torch.matmul(q[:, s:t], k[:, :t].transpose(-1, -2)) * scale
+        scores[..., s:].masked_fill_(above[: t - s, : t - s], float("-inf"))
+        torch.matmul(torch.softmax(scores, -1), v[:, :t], out=out[:, s:t])
+    return out
+
+
 class MLALayer:
     """One decoder layer's attention: calls the loaded module's Linear layers; attends over the latent cache."""
 
@@ -120,16 +145,14 @@ class MLALayer:
 
     def prefill(self, p: Projected) -> torch.Tensor:
         """Causal MHA over one prompt's own tokens: [P, H * dv] (kv_b_proj expands the prompt's latent once)."""
-        n = p.latent.shape[0]
-        kv = self.attn.kv_b_proj(p.latent[:, : self.C].unsqueeze(0))[0].view(n, self.H, self.dn + self.dv)
-        k = torch.cat([kv[..., : self.dn], p.latent[:, None, self.C:].expand(n, self.H, self.dr)], dim=-1)
-        q = torch.cat([p.q_nope, p.q_rot], dim=-1)
-        v = kv[..., self.dn:]
-        if self.dv < self.dn + self.dr:  # torch's fused CPU kernel wants V as wide as Q/K (else: 3x slower math path)
-            v = F.pad(v, (0, self.dn + self.dr - self.dv))
-        out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-                                             is_causal=True, scale=self.scaling)  # 4-D: the fused kernel's layout
-        return out[0, ..., : self.dv].transpose(0, 1).reshape(n, self.H * self.dv)
+        n, H, dn = p.latent.shape[0], self.H, self.dn
+        kv = self.attn.kv_b_proj(p.latent[:, : self.C].unsqueeze(0))[0].view(n, H, dn + self.dv)
+        q = torch.empty(H, n, dn + self.dr, dtype=kv.dtype)  # heads first, contiguous: what the batched GEMMs read
+        q[..., :dn], q[..., dn:] = p.q_nope.transpose(0, 1), p.q_rot.transpose(0, 1)
+        k = torch.empty_like(q)
+        k[..., :dn], k[..., dn:] = kv[..., :dn].transpose(0, 1), p.latent[None, :, self.C:]
+        v = kv[..., dn:].transpose(0, 1).contiguous()
+        return causal_attention(q, k, v, self.scaling).transpose(0, 1).reshape(n, H * self.dv)
 
     def absorbed_query(self, p: Projected) -> torch.Tensor:
         """[N, H, C + dr] queries against the latent, softmax scale folded in."""
