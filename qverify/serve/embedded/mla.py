@@ -85,6 +85,7 @@ def rope_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave:
 
 
 PREFILL_BLOCK = 64  # query rows per block (A/B on prompts of 180-1,000 tokens: 64 beat 32, 128 and 256)
+_ABOVE_DIAGONAL = torch.ones(PREFILL_BLOCK, PREFILL_BLOCK, dtype=torch.bool).triu(1)  # a diagonal block's mask
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
@@ -100,8 +101,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
         return causal_attention(q.float(), k.float(), v.float(), scale).to(v.dtype)
     H, n, _ = q.shape
     out = torch.empty(H, n, v.shape[-1])
-    B = PREFILL_BLOCK
-    above = torch.ones(B, B, dtype=torch.bool).triu(1)
+    B, above = PREFILL_BLOCK, _ABOVE_DIAGONAL
     for s in range(0, n, B):
         t = min(n, s + B)
         scores = torch.matmul(q[:, s:t], k[:, :t].transpose(-1, -2)) * scale
@@ -147,10 +147,9 @@ class MLALayer:
         """Causal MHA over one prompt's own tokens: [P, H * dv] (kv_b_proj expands the prompt's latent once)."""
         n, H, dn = p.latent.shape[0], self.H, self.dn
         kv = self.attn.kv_b_proj(p.latent[:, : self.C].unsqueeze(0))[0].view(n, H, dn + self.dv)
-        q = torch.empty(H, n, dn + self.dr, dtype=kv.dtype)  # heads first, contiguous: what the batched GEMMs read
-        q[..., :dn], q[..., dn:] = p.q_nope.transpose(0, 1), p.q_rot.transpose(0, 1)
-        k = torch.empty_like(q)
-        k[..., :dn], k[..., dn:] = kv[..., :dn].transpose(0, 1), p.latent[None, :, self.C:]
+        # heads first, each contiguous: what the batched GEMMs read
+        q = torch.cat([p.q_nope.transpose(0, 1), p.q_rot.transpose(0, 1)], dim=-1)
+        k = torch.cat([kv[..., :dn].transpose(0, 1), p.latent[None, :, self.C:].expand(H, n, self.dr)], dim=-1)
         v = kv[..., dn:].transpose(0, 1).contiguous()
         return causal_attention(q, k, v, self.scaling).transpose(0, 1).reshape(n, H * self.dv)
 
