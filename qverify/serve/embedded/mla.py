@@ -94,8 +94,8 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     Why not torch's SDPA: its fused CPU kernel wants V as wide as Q/K (dv 32 against 96 here: else its math path,
     3x slower), so V had to be padded and two thirds of the P @ V work were zeros; and at 4 heads it ran at 20-35
     GFLOP/s. Here each block of query rows is two batched GEMMs against the keys up to its last row (the masked
-    upper triangle is only computed inside the diagonal block) with an exact softmax in between: as fast as padded
-    SDPA at ~100 tokens, 1.2-1.7x faster from ~250 (single-thread microbenchmarks), within 1e-6 of it in fp32.
+    upper triangle is only computed inside the diagonal block) with an exact softmax in between: 5-10% slower than
+    padded SDPA below ~100 tokens, 1.2-1.4x faster from ~250 (single-thread microbenchmarks), within 1e-6 of it in fp32.
     Half-precision inputs are computed in fp32 (as the fused kernel accumulates) and the result cast back."""
     if q.dtype != torch.float32:
         return causal_attention(q.float(), k.float(), v.float(), scale).to(v.dtype)
