@@ -133,7 +133,7 @@ def test_disk_full_leaves_nothing(tiny_model, wd):
 
 
 def test_killed_build_never_looks_valid(tiny_model, wd, capsys):
-    from qverify.quantize.build import _clean_stale
+    from qverify.quantize.build import clean_stale
 
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
     p = subprocess.Popen(_qverify(["--workdir", str(wd), "build", "--recipe", "bf16", "--model", str(tiny_model)]),
@@ -151,5 +151,5 @@ def test_killed_build_never_looks_valid(tiny_model, wd, capsys):
     code, out, _ = run(capsys, "--workdir", str(wd), "--json", "builds")
     assert code == 0 and json.loads(out) == []
     stale = left[0]
-    _clean_stale(builds / stale.name.split(".tmp-")[0].lstrip("."))  # what the next build of that id does first
+    clean_stale(builds / stale.name.split(".tmp-")[0].lstrip("."))  # what the next build of that id does first
     assert not stale.exists()
