@@ -52,12 +52,14 @@ def test_builds_are_evaluated_at_the_same_time_on_the_embedded_backend(tmp_path)
 
     wd = Workdir.at(tmp_path / "wd").ensure()
     ids = [build(r, workdir=wd.root).manifest.build_id for r in ("bf16", "as_shipped")]
-    spec = EvalSpec.from_config(suites=["toolcall"], limit=12, replicates=1)
+    # enough work that each run lasts several seconds: run manifests time-stamp to the second, and the faster
+    # engine finished 12 requests inside one second (two runs in the same second cannot show an overlap)
+    spec = EvalSpec.from_config(suites=["toolcall"], limit=48, replicates=2)
     evaluate_builds(wd, ids, spec, show_progress=False)
     spans = []
     for b in ids:
         m = RunStore(wd.run_dir(b, "toolcall")).read_manifest()
-        assert m.finished and m.n_items == 12
+        assert m.finished and m.n_items == 48
         spans.append((datetime.fromisoformat(m.started), datetime.fromisoformat(m.finished)))
     assert max(s for s, _ in spans) < min(f for _, f in spans)  # the two runs overlapped
     alone = Workdir.at(tmp_path / "alone").ensure()
