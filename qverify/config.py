@@ -30,7 +30,7 @@ class ServingConfig(_Strict):
     profile: str | None = Field(None, description="profile name or YAML path (sglang), e.g. b200-tp4")
     endpoint: str | None = None
     api_key_env: str | None = None
-    concurrency: int = Field(64, ge=1)  # the embedded engine decodes up to 64 sequences together
+    concurrency: int | None = Field(None, ge=1, description="requests in flight (default: the backend's, qverify.evals.client.DEFAULT_CONCURRENCY)")
     port: int | None = Field(None, ge=1, le=65535)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from qverify.config import QVerifyConfig, ServingConfig
 from qverify.errors import BadInput
-from qverify.evals.client import timeouts_for
+from qverify.evals.client import DEFAULT_CONCURRENCY, timeouts_for
 from qverify.evals.runner import EvalPlan, SuiteSummary, run_plan, summarize
 from qverify.models import BuildManifest, Endpoint, ServingProfile
 from qverify.workdir import Workdir
@@ -29,7 +29,7 @@ class EvalSpec:
     suites: list[str]
     replicates: int
     source: str
-    concurrency: int
+    concurrency: int | None  # None: the backend's default (evals.client.DEFAULT_CONCURRENCY)
     error_budget: float
     limit: int | None = None
     port: int | None = None
@@ -104,6 +104,7 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, spec: 
     split = "test" if spec.split == "held-out" else spec.split
     count = token_counter(build_dir, bool(manifest and manifest.trust_remote_code))
     serving = spec.serving or ServingProfile()
+    backend = spec.serving.backend if spec.serving else "local"
     objs, items = [], {}
     for name in spec.suites:
         # the profile's per-model request settings (chat_template_kwargs, output budget), then explicit options
@@ -114,9 +115,9 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, spec: 
         objs.append(s)
         items[name] = s.items(split, spec.limit or s.default_n, source=spec.source)[: spec.limit or None]
     plan = EvalPlan(build_id=manifest.build_id, manifest=manifest, suites=objs, items=items, replicates=spec.replicates,
-                    runs_root=workdir.runs, serving=spec.serving or ServingProfile(), concurrency=spec.concurrency,
+                    runs_root=workdir.runs, serving=serving, concurrency=spec.concurrency or DEFAULT_CONCURRENCY[backend],
                     error_budget=spec.error_budget, split=split, source=spec.source, fresh=spec.fresh,
-                    timeouts=timeouts_for(spec.serving.backend if spec.serving else "local", spec.connect_timeout_s,
+                    timeouts=timeouts_for(backend, spec.connect_timeout_s,
                                           spec.read_timeout_s, spec.item_timeout_s),
                     allow_unsandboxed=spec.allow_unsandboxed, grow=spec.grow, seed_salt=spec.seed_salt)
     plan.check_existing()
@@ -209,14 +210,14 @@ def suites_for_recipes(suites: list[str], recipes: list[str]) -> list[str]:
 def ensure_twins(workdir: Workdir, baseline: str, candidates: list[str], say: Callable[[str], None] | None = None) -> list[str]:
     """Compose (or reuse) greedy/match's reference for each candidate that changes target and drafter together:
     its target with the baseline's drafter (qverify/quantize/twin.py; the gate finds it by content)."""
-    from qverify.quantize.twin import compose_twin, needs_twin
+    from qverify.quantize.twin import compose_twin, reference_kind
 
     base = workdir.build_manifest(baseline)
     twins = []
     for cand in candidates:
         m = workdir.build_manifest(cand)
-        if base is None or m is None or not needs_twin(base, m) or m.source_hash != base.source_hash:
-            continue  # nothing to compose (another source model: the gate refuses greedy/match and says why)
+        if base is None or m is None or reference_kind(base, m).kind != "twin":
+            continue  # nothing to compose (where none can be, the gate refuses greedy/match and says why)
         r = compose_twin(workdir, baseline, cand)
         if say:
             say(f"  {'reused' if r.reused else 'composed'} {r.manifest.build_id} (greedy/match's reference: the target "

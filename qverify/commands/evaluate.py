@@ -24,7 +24,7 @@ def eval_cmd(
     profile: Annotated[str | None, typer.Option(help="serving profile name or YAML (sglang)")] = None,
     endpoint: Annotated[str | None, typer.Option(help="URL of a running server (backend endpoint)")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="env var holding the endpoint's API key")] = None,
-    concurrency: Annotated[int | None, typer.Option(callback=Count, help="requests in flight (default 64)")] = None,
+    concurrency: Annotated[int | None, typer.Option(callback=Count, help="requests in flight (default: local 256, else 64)")] = None,
     limit: Annotated[int | None, typer.Option(callback=Count, help="items per suite (default: each suite's own)")] = None,
     split: Annotated[str, typer.Option(help="test (default; what the model card reports), validation or train")] = "test",
     source: Annotated[str | None, typer.Option(help="synthetic (default), or a suite's real-data source (humaneval, bfcl)")] = None,

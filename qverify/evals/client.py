@@ -103,6 +103,13 @@ class Timeouts:
 # The embedded CPU server runs a tiny model: a whole answer takes seconds even queued behind a batch, so a
 # minute of silence means it is stuck. A large real model answers a non-streamed request only when it is done:
 # a 32k-token thinking answer at ~30 tok/s under load arrives after ~18 minutes.
+# requests in flight when neither --concurrency nor qverify.toml sets it. local: the embedded engine decodes every
+# request it holds in one batch (up to its max_batch, 256), and a step's fixed costs (~120 small ops per layer)
+# are shared by the whole batch: at 256 it runs 1.2x the tokens per CPU-second it runs at 64
+# (benchmarks/engine_throughput.py --limit 200). sglang / endpoint: unchanged; a remote server's rate limits
+# and its own scheduler decide there.
+DEFAULT_CONCURRENCY = {"local": 256, "sglang": 64, "endpoint": 64}
+
 DEFAULT_TIMEOUTS = {"local": Timeouts(5.0, 120.0, 600.0),
                     "sglang": Timeouts(10.0, 1800.0, 3600.0),
                     "endpoint": Timeouts(10.0, 1800.0, 3600.0)}

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from qverify.gate.integrity import build_problems, pair_problems, run_problems
 from qverify.gate.loader import RunData, load
+from qverify.quantize.twin import reference_kind
 from qverify.workdir import Workdir
 
 SUITE = "greedy"
@@ -43,12 +44,14 @@ def twin_builds(wd: Workdir, baseline: str, candidate: str) -> tuple[list[str], 
         who = baseline if bm is None or not bm.tensor_hashes else candidate
         return [], MatchReference(refusal=f"build {who} has no build.json with tensor hashes: which drafter and target "
                                           "it serves is unknown, so greedy/match has no reference")
-    target, drafter = cm.part_hashes("target"), bm.part_hashes("drafter")
-    if target == bm.part_hashes("target"):
+    ref = reference_kind(bm, cm)
+    if ref.kind == "baseline":
         return [baseline], None
-    if cm.part_hashes("drafter") == drafter:
-        return [], MatchReference(not_applicable="the candidate carries the baseline's drafter: greedy/match has no "
-                                                 "drafter change to measure (its target change shows in the other suites)")
+    if ref.kind == "not_gated":
+        return [], MatchReference(not_applicable=ref.reason)
+    if ref.kind == "none":
+        return [], MatchReference(refusal=ref.reason)
+    target, drafter = cm.part_hashes("target"), bm.part_hashes("drafter")
     hits = []
     for d in wd.build_dirs():
         if d.name in (baseline, candidate):

@@ -22,6 +22,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Literal, NamedTuple
 
 from qverify.errors import BadInput, InfraError
 from qverify.models import BuildManifest, content_hash, utcnow
@@ -35,10 +36,34 @@ COMPOSER_VERSION = 1  # in the id: a change to how twins are composed gets new i
 RECIPE_FILE = "recipe.yaml"
 
 
-def needs_twin(base: BuildManifest, cand: BuildManifest) -> bool:
-    """The candidate changes the drafter *and* the target: the baseline is then not greedy/match's reference."""
+class ReferenceKind(NamedTuple):
+    kind: Literal["baseline", "not_gated", "twin", "none"]
+    reason: str = ""  # for "not_gated" and "none": why, in a sentence the gate reports
+
+
+def reference_kind(base: BuildManifest, cand: BuildManifest) -> ReferenceKind:
+    """greedy/match's reference for this pair, by content: the one rule that the composer (pipeline.ensure_twins),
+    compose_twin and the gate's search (qverify.gate.reference.twin_builds) all follow.
+
+    - "baseline": the candidate's target is the baseline's (a drafter-only change, or an A/A rebuild);
+    - "not_gated": the candidate carries the baseline's drafter (a target-only change, or no drafter on either
+      side): no drafter change to measure;
+    - "twin": both changed: the candidate's target with the baseline's drafter (compose_twin);
+    - "none": both changed but no twin can be composed (a side without a drafter, another source model)."""
+    if cand.part_hashes("target") == base.part_hashes("target"):
+        return ReferenceKind("baseline")
     bd, cd = base.part_hashes("drafter"), cand.part_hashes("drafter")
-    return bool(bd) and bool(cd) and bd != cd and base.part_hashes("target") != cand.part_hashes("target")
+    if bd == cd:
+        return ReferenceKind("not_gated", "the candidate carries the baseline's drafter: greedy/match has no drafter "
+                                          "change to measure (its target change shows in the other suites)")
+    if not bd or not cd:
+        who = base.build_id if not bd else cand.build_id
+        return ReferenceKind("none", f"{who} has no drafter, so no build can have the candidate's target with the "
+                                     "baseline's drafter, and against the baseline greedy/match would count the target's "
+                                     "own changes")
+    if base.source_hash != cand.source_hash:
+        return ReferenceKind("none", f"{cand.build_id} and {base.build_id} come from different source models")
+    return ReferenceKind("twin")
 
 
 def twin_recipe(base: BuildManifest, cand: BuildManifest) -> Recipe:
@@ -83,12 +108,11 @@ def compose_twin(workdir: Path | str | Workdir, baseline: str, candidate: str, o
     a side, different source models); InfraError when the composed build fails its load check."""
     wd = Workdir.at(workdir)
     (base_dir, base), (cand_dir, cand) = wd.resolve_build(baseline), wd.resolve_build(candidate)
-    if not base.part_hashes("drafter") or not cand.part_hashes("drafter"):
-        raise BadInput(f"no drafter in {base.build_id if not base.part_hashes('drafter') else cand.build_id}: nothing "
-                       "to compose a drafter reference from", fix="gate greedy/match only for builds that carry a drafter")
-    if base.source_hash != cand.source_hash:
-        raise BadInput(f"{cand.build_id} and {base.build_id} come from different source models",
-                       fix="gate the candidate against a baseline built from the same model")
+    ref = reference_kind(base, cand)
+    if ref.kind != "twin":
+        raise BadInput(f"{cand.build_id} needs no drafter reference against {base.build_id}"
+                       + (f": {ref.reason}" if ref.reason else " (its target is the baseline's: the baseline is it)"),
+                       fix="compose a twin only for a candidate that changes target and drafter together")
     build_id = twin_id(base, cand)
     out_dir = wd.build_dir(build_id)
     reused = reuse_existing(out_dir, build_id, force=False)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from qverify.quantize.loader import verify_build
 from qverify.quantize.recipe import parse_recipe
-from qverify.quantize.twin import compose_twin, needs_twin
+from qverify.quantize.twin import compose_twin, reference_kind
 
 
 def _files(root: Path, drafter: bool) -> dict[str, bytes]:
@@ -21,9 +21,9 @@ def _files(root: Path, drafter: bool) -> dict[str, bytes]:
 
 def test_twin_is_the_candidates_target_and_the_baselines_drafter_byte_for_byte(built, workdir):
     base, cand = built("bf16"), built("fp8kv_nvfp4shared_fp8drafter")
-    assert needs_twin(base.manifest, cand.manifest)
+    assert reference_kind(base.manifest, cand.manifest).kind == "twin"
     # a drafter-only candidate has the baseline's target: the baseline itself is its reference
-    assert not needs_twin(base.manifest, built("fp8drafter").manifest)
+    assert reference_kind(base.manifest, built("fp8drafter").manifest).kind == "baseline"
     assert built("fp8drafter").manifest.part_hashes("target") == base.manifest.part_hashes("target")
 
     twin = compose_twin(workdir, base.manifest.build_id, cand.manifest.build_id)
@@ -67,3 +67,50 @@ def test_the_gate_finds_the_twin_by_content_among_real_builds(built, workdir):
     assert twin_builds(wd, base, built("fp8drafter").manifest.build_id) == ([base], None)
     hits, decided = twin_builds(wd, base, built("fp8kv").manifest.build_id)
     assert hits == [] and decided is not None and decided.not_applicable
+
+
+def test_one_rule_decides_the_reference_for_the_composer_and_the_gate(built, workdir):
+    """reference_kind is what pipeline.ensure_twins, compose_twin and the gate's search all ask: its four outcomes
+    on a real manifest with its tensor hashes edited, and each consumer acting on the outcome (not on a copy of
+    the rule). A candidate with no drafter against a baseline with one used to reach the gate's search (no twin,
+    a fix that composed nothing) while the composer skipped it; now both say why no reference can exist."""
+    import pytest
+
+    from qverify.errors import BadInput
+    from qverify.gate.reference import twin_builds
+    from qverify.models import BuildManifest
+    from qverify.workdir import Workdir
+
+    base = built("bf16").manifest
+
+    def variant(name: str, target: str | None, drafter: str | None, source: str | None = None) -> BuildManifest:
+        h = {k: (target or v) if not k.startswith("drafter/") else (drafter or v)
+             for k, v in base.tensor_hashes.items() if drafter != "" or not k.startswith("drafter/")}
+        m = base.model_copy(update={"build_id": name, "tensor_hashes": h, "source_hash": source or base.source_hash})
+        d = Workdir.at(workdir).build_dir(name)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "build.json").write_text(m.model_dump_json())
+        return m
+
+    cases = {
+        "same-target": (variant("same-target", None, "d2"), "baseline"),
+        "same-drafter": (variant("same-drafter", "t2", None), "not_gated"),
+        "both": (variant("both", "t2", "d2"), "twin"),
+        "no-drafter": (variant("no-drafter", "t2", ""), "none"),
+        "other-source": (variant("other-source", "t2", "d2", source="s2"), "none"),
+    }
+    wd = Workdir.at(workdir)
+    for name, (m, kind) in cases.items():
+        ref = reference_kind(base, m)
+        assert ref.kind == kind, name
+        hits, decided = twin_builds(wd, base.build_id, name)
+        if kind == "baseline":
+            assert (hits, decided) == ([base.build_id], None)
+        elif kind == "twin":
+            assert decided is None  # searched (no composed twin here: hits may be empty)
+        else:
+            assert hits == [] and decided is not None and (decided.not_applicable or decided.refusal) == ref.reason
+            assert (decided.refusal is not None) == (kind == "none")
+            with pytest.raises(BadInput):
+                compose_twin(workdir, base.build_id, name)
+    assert "no drafter" in reference_kind(base, cases["no-drafter"][0]).reason

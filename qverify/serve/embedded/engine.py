@@ -65,7 +65,7 @@ class _Seq:
 
 
 class Engine:
-    def __init__(self, model, tokenizer, drafter=None, max_batch: int = 64, spec_tokens: int = 4,
+    def __init__(self, model, tokenizer, drafter=None, max_batch: int = 256, spec_tokens: int = 4,
                  fp8_kv: bool = False, scale_mode: str = "production", sglang_scales: dict[int, float] | None = None,
                  prefill_tokens: int = 4096):
         self.tok = tokenizer

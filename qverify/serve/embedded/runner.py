@@ -47,7 +47,8 @@ class ModelRunner:
         self.width = self.mla[0].width
         self.C = self.mla[0].C
         self.slots = slots
-        self.gen = torch.zeros(len(self.layers), slots, cap, self.width)
+        # grown on demand (ensure_capacity): a server sized for 256 sequences that serves 3 holds 3 slots' rows
+        self.gen = torch.zeros(len(self.layers), min(slots, 8), cap, self.width)
         self.table = PromptTable(len(self.layers), self.width)  # live prompts, padded, for batched decode reads
         self._plan: tuple[list, _FusedPlan, PromptPlan | None] | None = None
         self._rope: dict = {}  # the rotary module's cos/sin for positions 0..len-1 (mla.rope_tables)
@@ -57,15 +58,18 @@ class ModelRunner:
     def fp8_kv(self) -> bool:
         return any(m.kv_scale is not None for m in self.mla)
 
-    def ensure_capacity(self, rows: int) -> None:
-        """Grow every slot to hold `rows` generated rows (doubling; rare, and copies only the live buffer)."""
-        cap = self.gen.shape[2]
-        if rows <= cap:
+    def ensure_capacity(self, rows: int, seqs: int) -> None:
+        """Room for `seqs` running sequences of `rows` generated rows each (doubling either; rare, and copies only
+        the live buffer)."""
+        slots, cap = self.gen.shape[1:3]
+        if rows <= cap and seqs <= slots:
             return
         while cap < rows:
             cap *= 2
-        new = torch.zeros(self.gen.shape[0], self.slots, cap, self.width)
-        new[:, :, : self.gen.shape[2]] = self.gen
+        while slots < seqs:
+            slots = min(2 * slots, max(self.slots, seqs))
+        new = torch.zeros(self.gen.shape[0], slots, cap, self.width)
+        new[:, : self.gen.shape[1], : self.gen.shape[2]] = self.gen
         self.gen = new
 
     def move_slot(self, src: int, dst: int, rows: int) -> None:
@@ -116,7 +120,7 @@ class ModelRunner:
         B, n = ids.shape
         H = self.mla[0].H
         G = int(gen_len.max()) + n
-        self.ensure_capacity(G)
+        self.ensure_capacity(G, B)
         # query j of a sequence sees its own rows < gen_len + j + 1 (one length for all its heads when n == 1)
         seen = gen_len[:, None] + torch.arange(1, n + 1)[None, :]
         seen = seen if n == 1 else seen[:, :, None].expand(B, n, H).reshape(B, n * H)

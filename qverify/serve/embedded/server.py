@@ -1,6 +1,6 @@
 """The embedded OpenAI-compatible server (FastAPI + uvicorn) for a build on CPU.
 
-    python -m qverify.serve.embedded.server --build DIR [--port N] [--no-quant] [--no-spec] [--max-batch 64]
+    python -m qverify.serve.embedded.server --build DIR [--port N] [--no-quant] [--no-spec] [--max-batch 256]
 
 Endpoints: /health, /v1/models, /v1/chat/completions (stream=true: SSE chunks, for client-side TTFT),
 /v1/completions (echo + logprobs),
@@ -66,7 +66,7 @@ def _stops(stop: str | list[str] | None) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop or [])
 
 
-def create_app(loaded: LoadedModel, max_batch: int = 64, threads: int = 1,
+def create_app(loaded: LoadedModel, max_batch: int = 256, threads: int = 1,
                kv_scale_mode: str = "production") -> FastAPI:
     engine = Engine(loaded.model, loaded.tokenizer, loaded.drafter, max_batch=max_batch, fp8_kv=loaded.fp8_kv,
                     scale_mode=kv_scale_mode, sglang_scales=loaded.sglang_kv_scales)
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=30000)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--max-batch", type=int, default=64, help="most sequences decoding at once")
+    ap.add_argument("--max-batch", type=int, default=256, help="most sequences decoding at once")
     ap.add_argument("--kv-scale-mode", choices=["production", "compressed-tensors"], default="production",
                     help="FP8 latent KV: SGLang's one scale per layer (default) or compressed-tensors' k/v pair")
     ap.add_argument("--no-quant", action="store_true", help="switch fake quantization off (logits = baseline)")
