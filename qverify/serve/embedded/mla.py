@@ -155,8 +155,11 @@ class MLALayer:
 
     def absorbed_query(self, p: Projected) -> torch.Tensor:
         """[N, H, C + dr] queries against the latent, softmax scale folded in."""
-        q_lat = torch.bmm(p.q_nope.transpose(0, 1), self.w_uk).transpose(0, 1)  # [N, H, C]
-        return torch.cat([q_lat, p.q_rot], dim=-1) * self.scaling
+        # the product lands in its slice of the result (no cat; the same bits: scaled after, in place)
+        q = torch.empty(p.q_nope.shape[0], self.H, self.width)
+        torch.bmm(p.q_nope.transpose(0, 1), self.w_uk, out=q[:, :, : self.C].transpose(0, 1))  # [N, H, C]
+        q[:, :, self.C:] = p.q_rot
+        return q.mul_(self.scaling)
 
     def output(self, o_lat: torch.Tensor) -> torch.Tensor:
         """[N, H, C] attention output over the latent -> [N, H * dv] (W_uv absorbed on the way out)."""

@@ -7,46 +7,92 @@
 #include <torch/extension.h>
 #include <cmath>
 #include <limits>
+#include <algorithm>
 #include <vector>
 
-typedef float v8 __attribute__((vector_size(32)));
+// Lanes per vector: 16 where the build targets AVX-512 (mqa_kernel.py passes -mavx512f on such CPUs), else 8 (AVX2).
+#if defined(__AVX512F__)
+constexpr int VL = 16;
+#else
+constexpr int VL = 8;
+#endif
+typedef float vf __attribute__((vector_size(VL * 4)));
+typedef int32_t vi __attribute__((vector_size(VL * 4)));
 
-static inline v8 load8(const float* p) { v8 v; __builtin_memcpy(&v, p, 32); return v; }
-static inline void store8(float* p, v8 v) { __builtin_memcpy(p, &v, 32); }
-static inline float hsum(v8 v) {
-  // fixed order, so a row's result never depends on what else is computed
-  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+static inline vf loadv(const float* p) { vf v; __builtin_memcpy(&v, p, sizeof(vf)); return v; }
+static inline void storev(float* p, vf v) { __builtin_memcpy(p, &v, sizeof(vf)); }
+static inline float hsum(vf v) {
+  // a fixed order, so a row's result never depends on what else is computed
+  float h[VL];
+  __builtin_memcpy(h, &v, sizeof(vf));
+  for (int w = VL / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) h[i] += h[i + w];
+  return h[0];
 }
 
-constexpr int BL = 32;  // latent rows per block
-typedef int32_t vi8 __attribute__((vector_size(32)));
+constexpr int BL = 32;  // latent rows per block (a multiple of VL)
 
-// exp on 8 lanes (Cephes' expf: range reduction by ln 2 in two parts, degree-5 polynomial; ~1 ulp); lanes below
+// Latent rows per score tile: 4 query rows x JT latent rows = VL accumulators (16 zmm of 32; 8 ymm of 16).
+constexpr int JT = VL / 4;
+#ifndef PF_TILES
+#define PF_TILES 1
+#endif
+
+// The VL horizontal sums of VL accumulators at once, lane i of the result = hsum(a[i]) bit for bit (each level
+// adds lanes i and i + g/2 within groups of g, as hsum does): 15 vector adds for 16 sums instead of 15 scalar adds
+// each, which took a third of the scores' time.
+static inline vf reduce_tile(const vf* a) {
+#if defined(__AVX512F__)
+  vf t[8], u[4], v[2];
+  for (int i = 0; i < 8; ++i)
+    t[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+           __builtin_shufflevector(a[2 * i], a[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  for (int i = 0; i < 4; ++i)
+    u[i] = __builtin_shufflevector(t[2 * i], t[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+           __builtin_shufflevector(t[2 * i], t[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  for (int i = 0; i < 2; ++i)
+    v[i] = __builtin_shufflevector(u[2 * i], u[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+           __builtin_shufflevector(u[2 * i], u[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+  return __builtin_shufflevector(v[0], v[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+         __builtin_shufflevector(v[0], v[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+#else
+  vf t[4], u[2];
+  for (int i = 0; i < 4; ++i)
+    t[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11) +
+           __builtin_shufflevector(a[2 * i], a[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15);
+  for (int i = 0; i < 2; ++i)
+    u[i] = __builtin_shufflevector(t[2 * i], t[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13) +
+           __builtin_shufflevector(t[2 * i], t[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15);
+  return __builtin_shufflevector(u[0], u[1], 0, 2, 4, 6, 8, 10, 12, 14) +
+         __builtin_shufflevector(u[0], u[1], 1, 3, 5, 7, 9, 11, 13, 15);
+#endif
+}
+
+// exp on VL lanes (Cephes' expf: range reduction by ln 2 in two parts, degree-5 polynomial; ~1 ulp); lanes below
 // -87.3 (masked scores, -inf) give exactly 0
-static inline v8 exp8(v8 x) {
-  const v8 lo = x < -87.3f ? (v8){} - 1.f : (v8){};  // all-ones lanes where the result is 0
-  v8 xc = x;
-  for (int i = 0; i < 8; ++i) xc[i] = xc[i] < -87.3f ? -87.3f : (xc[i] > 88.3f ? 88.3f : xc[i]);
-  v8 fx = xc * 1.44269504088896341f;
-  for (int i = 0; i < 8; ++i) fx[i] = __builtin_floorf(fx[i] + 0.5f);
-  v8 r = xc - fx * 0.693359375f;
+static inline vf expv(vf x) {
+  const vi zero = x < -87.3f;  // all-ones lanes where the result is 0
+  vf xc = x;
+  for (int i = 0; i < VL; ++i) xc[i] = xc[i] < -87.3f ? -87.3f : (xc[i] > 88.3f ? 88.3f : xc[i]);
+  vf fx = xc * 1.44269504088896341f;
+  for (int i = 0; i < VL; ++i) fx[i] = __builtin_floorf(fx[i] + 0.5f);
+  vf r = xc - fx * 0.693359375f;
   r = r - fx * -2.12194440e-4f;
-  v8 p = 1.9875691500E-4f * r + 1.3981999507E-3f;
+  vf p = 1.9875691500E-4f * r + 1.3981999507E-3f;
   p = p * r + 8.3334519073E-3f;
   p = p * r + 4.1665795894E-2f;
   p = p * r + 1.6666665459E-1f;
   p = p * r + 5.0000001201E-1f;
   p = p * r * r + r + 1.0f;
-  vi8 e = __builtin_convertvector(fx, vi8) + 127;
+  vi e = __builtin_convertvector(fx, vi) + 127;
   e = e << 23;
-  v8 pw;
-  __builtin_memcpy(&pw, &e, 32);
-  v8 y = p * pw;
-  vi8 yi, mi;
-  __builtin_memcpy(&yi, &y, 32);
-  __builtin_memcpy(&mi, &lo, 32);
-  yi = yi & ~(mi != 0);
-  __builtin_memcpy(&y, &yi, 32);
+  vf pw;
+  __builtin_memcpy(&pw, &e, sizeof(vf));
+  vf y = p * pw;
+  vi yi;
+  __builtin_memcpy(&yi, &y, sizeof(vf));
+  yi = yi & ~zero;
+  __builtin_memcpy(&y, &yi, sizeof(vf));
   return y;
 }
 
@@ -54,8 +100,8 @@ static inline v8 exp8(v8 x) {
 // q [R, W] (row stride qs), k [L, W] (row stride ks); query row r sees rows 0..lens[r]-1 (all L when lens is
 // null); blocks past every row's length are never read
 static void segment(const float* q, int64_t qs, int64_t R, const float* k, int64_t ks, int64_t L, int64_t W,
-                    int64_t C, const int64_t* lens, int64_t lrs, float* out, int64_t os, std::vector<float>& m,
-                    std::vector<float>& l, std::vector<float>& sbuf) {
+                    int64_t C, const int64_t* lens, int64_t lrs, float* out, int64_t os, float* m, float* l,
+                    std::vector<float>& sbuf) {
   if (lens) {
     int64_t most = 0;
     for (int64_t r = 0; r < R; ++r) most = std::max(most, lens[r * lrs]);
@@ -66,39 +112,45 @@ static void segment(const float* q, int64_t qs, int64_t R, const float* k, int64
   float* s = sbuf.data();
   for (int64_t j0 = 0; j0 < L; j0 += BL) {
     const int64_t nb = std::min<int64_t>(BL, L - j0);
-    // scores: 4 rows of q against one latent row at a time (the latent row is loaded once for the 4)
+    // scores: tiles of 4 query rows x JT latent rows, VL accumulators reduced together (reduce_tile)
     int64_t j = 0;
-    for (; j + 2 <= nb; j += 2) {  // 2 latent rows x 4 query rows: 6 loads per 8 multiply-adds
-      const float* ka = k + (j0 + j) * ks;
-      const float* kb = ka + ks;
+    for (; j + JT <= nb; j += JT) {
+      const float* kj = k + (j0 + j) * ks;
+      // rows PF_TILES tiles ahead, a line at a time: the hardware prefetcher alone kept too few reads in flight
+      // (a sequence's own rows, read by its 4 query rows only, ran at ~6 GB/s against ~25 from L3)
+      for (int ji = 0; ji < JT; ++ji)
+        for (int64_t w = 0; w < W; w += 16) __builtin_prefetch(kj + (PF_TILES * JT + ji) * ks + w);
       int64_t r = 0;
       for (; r + 4 <= R; r += 4) {
-        v8 a0 = {}, a1 = {}, a2 = {}, a3 = {}, b0 = {}, b1 = {}, b2 = {}, b3 = {};
-        const float *q0 = q + r * qs, *q1 = q0 + qs, *q2 = q1 + qs, *q3 = q2 + qs;
-        for (int64_t w = 0; w < W; w += 8) {
-          v8 x = load8(ka + w), y = load8(kb + w), u;
-          u = load8(q0 + w); a0 += u * x; b0 += u * y;
-          u = load8(q1 + w); a1 += u * x; b1 += u * y;
-          u = load8(q2 + w); a2 += u * x; b2 += u * y;
-          u = load8(q3 + w); a3 += u * x; b3 += u * y;
+        vf acc[VL] = {};  // acc[qi * JT + ji]: query row r + qi against latent row j + ji
+        const float* q0 = q + r * qs;
+        for (int64_t w = 0; w < W; w += VL) {
+          vf x[JT];
+          for (int ji = 0; ji < JT; ++ji) x[ji] = loadv(kj + ji * ks + w);
+          for (int qi = 0; qi < 4; ++qi) {
+            const vf u = loadv(q0 + qi * qs + w);
+            for (int ji = 0; ji < JT; ++ji) acc[qi * JT + ji] += u * x[ji];
+          }
         }
-        float* sr = s + r * BL + j;
-        sr[0] = hsum(a0); sr[1] = hsum(b0); sr[BL] = hsum(a1); sr[BL + 1] = hsum(b1);
-        sr[2 * BL] = hsum(a2); sr[2 * BL + 1] = hsum(b2); sr[3 * BL] = hsum(a3); sr[3 * BL + 1] = hsum(b3);
+        const vf sums = reduce_tile(acc);
+        for (int qi = 0; qi < 4; ++qi)
+          for (int ji = 0; ji < JT; ++ji) s[(r + qi) * BL + j + ji] = sums[qi * JT + ji];
       }
       for (; r < R; ++r) {
-        v8 a0 = {}, b0 = {};
         const float* q0 = q + r * qs;
-        for (int64_t w = 0; w < W; w += 8) { v8 u = load8(q0 + w); a0 += u * load8(ka + w); b0 += u * load8(kb + w); }
-        s[r * BL + j] = hsum(a0); s[r * BL + j + 1] = hsum(b0);
+        for (int ji = 0; ji < JT; ++ji) {
+          vf a0 = {};
+          for (int64_t w = 0; w < W; w += VL) a0 += loadv(q0 + w) * loadv(kj + ji * ks + w);
+          s[r * BL + j + ji] = hsum(a0);
+        }
       }
     }
     for (; j < nb; ++j) {
       const float* kr = k + (j0 + j) * ks;
       for (int64_t r = 0; r < R; ++r) {
-        v8 a0 = {};
+        vf a0 = {};
         const float* q0 = q + r * qs;
-        for (int64_t w = 0; w < W; w += 8) a0 += load8(q0 + w) * load8(kr + w);
+        for (int64_t w = 0; w < W; w += VL) a0 += loadv(q0 + w) * loadv(kr + w);
         s[r * BL + j] = hsum(a0);
       }
     }
@@ -115,10 +167,10 @@ static void segment(const float* q, int64_t qs, int64_t R, const float* k, int64
       const float mn = std::max(m[r], bm);
       if (mn == NEG) { for (int64_t j = 0; j < nb; ++j) sr[j] = 0.f; continue; }
       const float scale = std::exp(m[r] - mn);  // exp(-inf) = 0 on the first block
-      v8 acc = {};
-      for (int64_t j = 0; j < BL; j += 8) {
-        v8 e = exp8(load8(sr + j) - mn);
-        store8(sr + j, e);
+      vf acc = {};
+      for (int64_t j = 0; j < BL; j += VL) {
+        vf e = expv(loadv(sr + j) - mn);
+        storev(sr + j, e);
         acc += e;
       }
       const float sum = hsum(acc);
@@ -127,45 +179,43 @@ static void segment(const float* q, int64_t qs, int64_t R, const float* k, int64
       if (scale != 1.f) for (int64_t c = 0; c < C; ++c) out[r * os + c] *= scale;
     }
     // values: out[r, c] += p[r, j] * k[j, c], 4 rows x 16 columns held in registers over the block
-    for (int64_t c = 0; c < C; c += 16) {
+    for (int64_t c = 0; c < C; c += 2 * VL) {
       int64_t r = 0;
       for (; r + 4 <= R; r += 4) {
         float *o0 = out + r * os + c, *o1 = o0 + os, *o2 = o1 + os, *o3 = o2 + os;
-        v8 x0 = load8(o0), y0 = load8(o0 + 8), x1 = load8(o1), y1 = load8(o1 + 8);
-        v8 x2 = load8(o2), y2 = load8(o2 + 8), x3 = load8(o3), y3 = load8(o3 + 8);
+        vf x0 = loadv(o0), y0 = loadv(o0 + VL), x1 = loadv(o1), y1 = loadv(o1 + VL);
+        vf x2 = loadv(o2), y2 = loadv(o2 + VL), x3 = loadv(o3), y3 = loadv(o3 + VL);
         const float *p0 = s + r * BL, *p1 = p0 + BL, *p2 = p1 + BL, *p3 = p2 + BL;
         for (int64_t j = 0; j < nb; ++j) {
           const float* kr = k + (j0 + j) * ks + c;
-          v8 ka = load8(kr), kb = load8(kr + 8);
+          vf ka = loadv(kr), kb = loadv(kr + VL);
           x0 += p0[j] * ka; y0 += p0[j] * kb; x1 += p1[j] * ka; y1 += p1[j] * kb;
           x2 += p2[j] * ka; y2 += p2[j] * kb; x3 += p3[j] * ka; y3 += p3[j] * kb;
         }
-        store8(o0, x0); store8(o0 + 8, y0); store8(o1, x1); store8(o1 + 8, y1);
-        store8(o2, x2); store8(o2 + 8, y2); store8(o3, x3); store8(o3 + 8, y3);
+        storev(o0, x0); storev(o0 + VL, y0); storev(o1, x1); storev(o1 + VL, y1);
+        storev(o2, x2); storev(o2 + VL, y2); storev(o3, x3); storev(o3 + VL, y3);
       }
       for (; r < R; ++r) {
         float* o0 = out + r * os + c;
-        v8 x0 = load8(o0), y0 = load8(o0 + 8);
+        vf x0 = loadv(o0), y0 = loadv(o0 + VL);
         const float* p0 = s + r * BL;
         for (int64_t j = 0; j < nb; ++j) {
           const float* kr = k + (j0 + j) * ks + c;
-          x0 += p0[j] * load8(kr); y0 += p0[j] * load8(kr + 8);
+          x0 += p0[j] * loadv(kr); y0 += p0[j] * loadv(kr + VL);
         }
-        store8(o0, x0); store8(o0 + 8, y0);
+        storev(o0, x0); storev(o0 + VL, y0);
       }
     }
   }
 }
 
-static void start(int64_t R, int64_t C, float* out, int64_t os, std::vector<float>& m, std::vector<float>& l) {
-  m.assign(R, -std::numeric_limits<float>::infinity());
-  l.assign(R, 0.f);
+static void start(int64_t R, int64_t C, float* out, int64_t os, float* m, float* l) {
+  for (int64_t r = 0; r < R; ++r) m[r] = -std::numeric_limits<float>::infinity(), l[r] = 0.f;
   for (int64_t r = 0; r < R; ++r) for (int64_t c = 0; c < C; ++c) out[r * os + c] = 0.f;
 }
 
 // normalise the output; lse (optional) gets the log-sum-exp
-static void finish(int64_t R, int64_t C, float* out, int64_t os, const std::vector<float>& m,
-                   const std::vector<float>& l, float* lse) {
+static void finish(int64_t R, int64_t C, float* out, int64_t os, const float* m, const float* l, float* lse) {
   for (int64_t r = 0; r < R; ++r) {
     if (l[r] > 0.f) {
       const float inv = 1.f / l[r];
@@ -182,7 +232,7 @@ std::vector<torch::Tensor> mqa_partial(torch::Tensor q, torch::Tensor rows, c10:
   TORCH_CHECK(q.dtype() == torch::kFloat32 && rows.dtype() == torch::kFloat32, "fp32 only");
   TORCH_CHECK(q.stride(2) == 1 && rows.stride(2) == 1, "last dim contiguous");
   const int64_t N = q.size(0), R = q.size(1), W = q.size(2), L = rows.size(1);
-  TORCH_CHECK(W % 8 == 0 && C % 16 == 0 && C <= W, "shape");
+  TORCH_CHECK(W % VL == 0 && C % (2 * VL) == 0 && C <= W, "shape");
   auto out = torch::empty({N, R, C}, q.options());
   auto lse = torch::empty({N, R, 1}, q.options());
   const int64_t* lp = nullptr;
@@ -193,23 +243,27 @@ std::vector<torch::Tensor> mqa_partial(torch::Tensor q, torch::Tensor rows, c10:
     lp = ln.data_ptr<int64_t>();
     lns = ln.stride(0); lrs = ln.size(1) == 1 ? 0 : ln.stride(1);
   }
-  std::vector<float> sbuf, m, l;
+  std::vector<float> sbuf, m(R), l(R);
   const float* qp = q.data_ptr<float>();
   const float* kp = rows.data_ptr<float>();
   for (int64_t n = 0; n < N; ++n) {
     float* o = out.data_ptr<float>() + n * R * C;
-    start(R, C, o, C, m, l);
+    start(R, C, o, C, m.data(), l.data());
     segment(qp + n * q.stride(0), q.stride(1), R, kp + n * rows.stride(0), rows.stride(1), L, W, C,
-            lp ? lp + n * lns : nullptr, lrs, o, C, m, l, sbuf);
-    finish(R, C, o, C, m, l, lse.data_ptr<float>() + n * R);
+            lp ? lp + n * lns : nullptr, lrs, o, C, m.data(), l.data(), sbuf);
+    finish(R, C, o, C, m.data(), l.data(), lse.data_ptr<float>() + n * R);
   }
   return {lse, out};
 }
 
 // A whole decode attention: sequence b attends to its prompt's rows (prompts[prompt_of[b]], [P, W], all visible)
 // and then its own rows (gen [B, G, W], gen_lens [B, R or 1]) in one online softmax, so there is nothing to merge
-// and nothing to gather. Sequences run in `order` (those sharing a prompt one after another: the prompt's rows are
-// then still in cache for the next one). q [B, R, W] -> out [B, R, C], normalised.
+// and nothing to gather. Sequences run in `order`; consecutive ones with the same prompt (an item's replicates)
+// form a group whose query rows are stacked, so the prompt's rows are read once for all of them: at 4 heads a
+// latent row serves 4 query rows per sequence, too few to pay for reading it (the scores ran at 30 GFLOP/s,
+// bound by the reads), and 12 for 3 replicates. Every query row's arithmetic is the same whatever rows share its
+// pass (each row's sums are its own, in a fixed order), so a sequence's result never depends on the batch.
+// q [B, R, W] -> out [B, R, C], normalised.
 torch::Tensor mqa_decode(torch::Tensor q, std::vector<torch::Tensor> prompts, torch::Tensor prompt_of,
                          torch::Tensor gen, torch::Tensor gen_lens, torch::Tensor order, int64_t C) {
   TORCH_CHECK(q.dtype() == torch::kFloat32 && gen.dtype() == torch::kFloat32, "fp32 only");
@@ -217,22 +271,42 @@ torch::Tensor mqa_decode(torch::Tensor q, std::vector<torch::Tensor> prompts, to
   TORCH_CHECK(prompt_of.dtype() == torch::kInt64 && order.dtype() == torch::kInt64 && gen_lens.dtype() == torch::kInt64,
               "int64 indices");
   const int64_t B = q.size(0), R = q.size(1), W = q.size(2), G = gen.size(1);
-  TORCH_CHECK(W % 8 == 0 && C % 16 == 0 && C <= W, "shape");
+  TORCH_CHECK(W % VL == 0 && C % (2 * VL) == 0 && C <= W, "shape");
   for (auto& p : prompts) TORCH_CHECK(p.dtype() == torch::kFloat32 && p.stride(1) == 1 && p.size(1) == W, "prompt rows");
   auto out = torch::empty({B, R, C}, q.options());
   auto po = prompt_of.contiguous(), ord = order.contiguous();
+  const int64_t* pp = po.data_ptr<int64_t>();
+  const int64_t* op = ord.data_ptr<int64_t>();
   const int64_t lrs = gen_lens.size(1) == 1 ? 0 : gen_lens.stride(1);
-  std::vector<float> sbuf, m, l;
-  for (int64_t i = 0; i < B; ++i) {
-    const int64_t b = ord.data_ptr<int64_t>()[i];
-    const torch::Tensor& p = prompts[po.data_ptr<int64_t>()[b]];
-    const float* qb = q.data_ptr<float>() + b * q.stride(0);
-    float* o = out.data_ptr<float>() + b * R * C;
-    start(R, C, o, C, m, l);
-    segment(qb, q.stride(1), R, p.data_ptr<float>(), p.stride(0), p.size(0), W, C, nullptr, 0, o, C, m, l, sbuf);
-    segment(qb, q.stride(1), R, gen.data_ptr<float>() + b * gen.stride(0), gen.stride(1), G, W, C,
-            gen_lens.data_ptr<int64_t>() + b * gen_lens.stride(0), lrs, o, C, m, l, sbuf);
-    finish(R, C, o, C, m, l, nullptr);
+  std::vector<float> sbuf, m, l, qbuf, obuf;
+  for (int64_t i = 0; i < B;) {
+    int64_t n = 1;  // the group: order[i .. i + n) share a prompt
+    while (i + n < B && pp[op[i + n]] == pp[op[i]]) ++n;
+    const torch::Tensor& p = prompts[pp[op[i]]];
+    qbuf.resize(n * R * W);
+    obuf.resize(n * R * C);
+    m.resize(n * R);
+    l.resize(n * R);
+    for (int64_t g = 0; g < n; ++g) {  // the group's query rows, stacked
+      const float* qb = q.data_ptr<float>() + op[i + g] * q.stride(0);
+      for (int64_t r = 0; r < R; ++r) std::copy(qb + r * q.stride(1), qb + r * q.stride(1) + W, qbuf.data() + (g * R + r) * W);
+    }
+    start(n * R, C, obuf.data(), C, m.data(), l.data());
+    segment(qbuf.data(), W, n * R, p.data_ptr<float>(), p.stride(0), p.size(0), W, C, nullptr, 0, obuf.data(), C,
+            m.data(), l.data(), sbuf);
+    for (int64_t g = 0; g < n; ++g) {
+      const int64_t b = op[i + g];
+      float* ob = obuf.data() + g * R * C;
+      segment(qbuf.data() + g * R * W, W, R, gen.data_ptr<float>() + b * gen.stride(0), gen.stride(1), G, W, C,
+              gen_lens.data_ptr<int64_t>() + b * gen_lens.stride(0), lrs, ob, C, m.data() + g * R, l.data() + g * R,
+              sbuf);
+      finish(R, C, ob, C, m.data() + g * R, l.data() + g * R, nullptr);
+      std::copy(ob, ob + R * C, out.data_ptr<float>() + b * R * C);
+    }
+    i += n;
   }
   return out;
 }
+
+// the vector width this build was compiled for: W must be a multiple of it and C of twice it
+int64_t lanes() { return VL; }

@@ -38,17 +38,20 @@ def load() -> object | None:
     _STATE["ext"] = None
     if os.environ.get("QVERIFY_MQA_KERNEL", "1") == "0":
         return None
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+    cap = torch.backends.cpu.get_cpu_capability()
+    if cap not in ("AVX2", "AVX512"):
         log.warning("mqa kernel: this CPU has no AVX2; decode attention uses torch's flash kernel")
         return None
+    # 16 lanes where torch itself runs AVX-512 kernels (the source picks its width from __AVX512F__), else 8
+    flags = ["-O3", "-mavx2", "-mfma", "-ffp-contract=fast"] + (["-mavx512f", "-mavx512vl"] if cap == "AVX512" else [])
     try:
         from torch.utils.cpp_extension import load_inline
 
         src = _SRC.read_text()
-        digest = hashlib.sha256((src + torch.__version__).encode()).hexdigest()[:12]
-        name = f"qverify_mqa_{digest}"  # a changed source (or torch) is a new build
-        _STATE["ext"] = load_inline(name, cpp_sources=[src], functions=["mqa_partial", "mqa_decode"],
-                                    extra_cflags=["-O3", "-mavx2", "-mfma", "-ffp-contract=fast"])
+        digest = hashlib.sha256((src + torch.__version__ + " ".join(flags)).encode()).hexdigest()[:12]
+        name = f"qverify_mqa_{digest}"  # a changed source, torch or instruction set is a new build
+        ext = load_inline(name, cpp_sources=[src], functions=["mqa_partial", "mqa_decode", "lanes"], extra_cflags=flags)
+        _STATE["ext"], _STATE["lanes"] = ext, int(ext.lanes())
     except Exception as e:  # noqa: BLE001 - no compiler / ninja / headers: the flash kernel still serves
         log.warning("mqa kernel not built (%s); decode attention uses torch's flash kernel", str(e).splitlines()[0])
     return _STATE["ext"]
@@ -69,7 +72,7 @@ def attention_pieces(q: torch.Tensor, rows: torch.Tensor, lens: torch.Tensor | N
     row r of sequence n sees its first lens[n, r] rows (None: all L)."""
     ext = load()
     if (ext is not None and q.dtype == rows.dtype == torch.float32 and q.stride(-1) == 1 and rows.stride(-1) == 1
-            and q.shape[-1] % 8 == 0 and C % 16 == 0):
+            and q.shape[-1] % _STATE["lanes"] == 0 and C % (2 * _STATE["lanes"]) == 0):
         return ext.mqa_partial(q, rows, lens, C)
     mask = None if lens is None else length_mask(lens, rows.shape[1])
     o, lse = _FLASH(q[:, None], rows[:, None], rows[:, None], 0.0, False,
@@ -84,6 +87,7 @@ def fused_decode(q: torch.Tensor, prompts: list[torch.Tensor], prompt_of: torch.
     replicates) and then to its own rows gen[b] ([G, W]; query row r sees the first gen_lens[b, r]) in one softmax.
     `order`: the sequences by prompt, so a prompt's rows are read while in cache. Returns [B, R, C]."""
     ext = load()
-    if ext is None or q.dtype != torch.float32 or q.stride(-1) != 1 or gen.stride(-1) != 1:
+    if (ext is None or q.dtype != torch.float32 or q.stride(-1) != 1 or gen.stride(-1) != 1
+            or q.shape[-1] % _STATE["lanes"] or C % (2 * _STATE["lanes"])):
         return None
     return ext.mqa_decode(q, prompts, prompt_of, gen, gen_lens, order, C)
