@@ -30,10 +30,13 @@ static inline float hsum(vf v) {
   return h[0];
 }
 
+constexpr float RESCALE_GAP = 8.f;  // e^8 ~ 3,000
 constexpr int BL = 32;  // latent rows per block (a multiple of VL)
 
 // Latent rows per score tile: 4 query rows x JT latent rows = VL accumulators (16 zmm of 32; 8 ymm of 16).
 constexpr int JT = VL / 4;
+// Column vectors per values tile: 4 rows x CV accumulators (16 zmm; 8 ymm)
+constexpr int CV = VL == 16 ? 4 : 2;
 #ifndef PF_TILES
 #define PF_TILES 1
 #endif
@@ -164,7 +167,10 @@ static void segment(const float* q, int64_t qs, int64_t R, const float* k, int64
       for (int64_t j = nb; j < BL; ++j) sr[j] = NEG;  // a short last block: padding lanes give exp = 0
       float bm = NEG;
       for (int64_t j = 0; j < nb; ++j) bm = std::max(bm, sr[j]);
-      const float mn = std::max(m[r], bm);
+      // the running max moves only when a score exceeds it by more than RESCALE_GAP (exp of scores up to the gap
+      // above it stays far from overflow, and the normalisation divides the same factor out): the output
+      // rescale below then runs a few times per row instead of at most blocks
+      const float mn = bm > m[r] + RESCALE_GAP || m[r] == NEG ? std::max(m[r], bm) : m[r];
       if (mn == NEG) { for (int64_t j = 0; j < nb; ++j) sr[j] = 0.f; continue; }
       const float scale = std::exp(m[r] - mn);  // exp(-inf) = 0 on the first block
       vf acc = {};
@@ -178,32 +184,33 @@ static void segment(const float* q, int64_t qs, int64_t R, const float* k, int64
       m[r] = mn;
       if (scale != 1.f) for (int64_t c = 0; c < C; ++c) out[r * os + c] *= scale;
     }
-    // values: out[r, c] += p[r, j] * k[j, c], 4 rows x 16 columns held in registers over the block
-    for (int64_t c = 0; c < C; c += 2 * VL) {
+    // values: out[r, c] += p[r, j] * k[j, c], 4 rows x CV vectors of columns held in registers over the block
+    for (int64_t c = 0; c < C; c += CV * VL) {
       int64_t r = 0;
       for (; r + 4 <= R; r += 4) {
-        float *o0 = out + r * os + c, *o1 = o0 + os, *o2 = o1 + os, *o3 = o2 + os;
-        vf x0 = loadv(o0), y0 = loadv(o0 + VL), x1 = loadv(o1), y1 = loadv(o1 + VL);
-        vf x2 = loadv(o2), y2 = loadv(o2 + VL), x3 = loadv(o3), y3 = loadv(o3 + VL);
-        const float *p0 = s + r * BL, *p1 = p0 + BL, *p2 = p1 + BL, *p3 = p2 + BL;
-        for (int64_t j = 0; j < nb; ++j) {
-          const float* kr = k + (j0 + j) * ks + c;
-          vf ka = loadv(kr), kb = loadv(kr + VL);
-          x0 += p0[j] * ka; y0 += p0[j] * kb; x1 += p1[j] * ka; y1 += p1[j] * kb;
-          x2 += p2[j] * ka; y2 += p2[j] * kb; x3 += p3[j] * ka; y3 += p3[j] * kb;
-        }
-        storev(o0, x0); storev(o0 + VL, y0); storev(o1, x1); storev(o1 + VL, y1);
-        storev(o2, x2); storev(o2 + VL, y2); storev(o3, x3); storev(o3 + VL, y3);
-      }
-      for (; r < R; ++r) {
-        float* o0 = out + r * os + c;
-        vf x0 = loadv(o0), y0 = loadv(o0 + VL);
+        vf acc[4][CV];
+        for (int ri = 0; ri < 4; ++ri)
+          for (int ci = 0; ci < CV; ++ci) acc[ri][ci] = loadv(out + (r + ri) * os + c + ci * VL);
         const float* p0 = s + r * BL;
         for (int64_t j = 0; j < nb; ++j) {
           const float* kr = k + (j0 + j) * ks + c;
-          x0 += p0[j] * loadv(kr); y0 += p0[j] * loadv(kr + VL);
+          vf kv[CV];
+          for (int ci = 0; ci < CV; ++ci) kv[ci] = loadv(kr + ci * VL);
+          for (int ri = 0; ri < 4; ++ri) {
+            const float pj = p0[ri * BL + j];
+            for (int ci = 0; ci < CV; ++ci) acc[ri][ci] += pj * kv[ci];
+          }
         }
-        storev(o0, x0); storev(o0 + VL, y0);
+        for (int ri = 0; ri < 4; ++ri)
+          for (int ci = 0; ci < CV; ++ci) storev(out + (r + ri) * os + c + ci * VL, acc[ri][ci]);
+      }
+      for (; r < R; ++r) {
+        vf acc[CV];
+        for (int ci = 0; ci < CV; ++ci) acc[ci] = loadv(out + r * os + c + ci * VL);
+        const float* p0 = s + r * BL;
+        for (int64_t j = 0; j < nb; ++j)
+          for (int ci = 0; ci < CV; ++ci) acc[ci] += p0[j] * loadv(k + (j0 + j) * ks + c + ci * VL);
+        for (int ci = 0; ci < CV; ++ci) storev(out + r * os + c + ci * VL, acc[ci]);
       }
     }
   }
@@ -232,7 +239,7 @@ std::vector<torch::Tensor> mqa_partial(torch::Tensor q, torch::Tensor rows, c10:
   TORCH_CHECK(q.dtype() == torch::kFloat32 && rows.dtype() == torch::kFloat32, "fp32 only");
   TORCH_CHECK(q.stride(2) == 1 && rows.stride(2) == 1, "last dim contiguous");
   const int64_t N = q.size(0), R = q.size(1), W = q.size(2), L = rows.size(1);
-  TORCH_CHECK(W % VL == 0 && C % (2 * VL) == 0 && C <= W, "shape");
+  TORCH_CHECK(W % VL == 0 && C % (CV * VL) == 0 && C <= W, "shape");
   auto out = torch::empty({N, R, C}, q.options());
   auto lse = torch::empty({N, R, 1}, q.options());
   const int64_t* lp = nullptr;
@@ -271,7 +278,7 @@ torch::Tensor mqa_decode(torch::Tensor q, std::vector<torch::Tensor> prompts, to
   TORCH_CHECK(prompt_of.dtype() == torch::kInt64 && order.dtype() == torch::kInt64 && gen_lens.dtype() == torch::kInt64,
               "int64 indices");
   const int64_t B = q.size(0), R = q.size(1), W = q.size(2), G = gen.size(1);
-  TORCH_CHECK(W % VL == 0 && C % (2 * VL) == 0 && C <= W, "shape");
+  TORCH_CHECK(W % VL == 0 && C % (CV * VL) == 0 && C <= W, "shape");
   for (auto& p : prompts) TORCH_CHECK(p.dtype() == torch::kFloat32 && p.stride(1) == 1 && p.size(1) == W, "prompt rows");
   auto out = torch::empty({B, R, C}, q.options());
   auto po = prompt_of.contiguous(), ord = order.contiguous();
@@ -308,5 +315,6 @@ torch::Tensor mqa_decode(torch::Tensor q, std::vector<torch::Tensor> prompts, to
   return out;
 }
 
-// the vector width this build was compiled for: W must be a multiple of it and C of twice it
+// the vector width this build was compiled for: W must be a multiple of it and C of CV times it
 int64_t lanes() { return VL; }
+int64_t value_columns() { return CV * VL; }

@@ -50,8 +50,8 @@ def load() -> object | None:
         src = _SRC.read_text()
         digest = hashlib.sha256((src + torch.__version__ + " ".join(flags)).encode()).hexdigest()[:12]
         name = f"qverify_mqa_{digest}"  # a changed source, torch or instruction set is a new build
-        ext = load_inline(name, cpp_sources=[src], functions=["mqa_partial", "mqa_decode", "lanes"], extra_cflags=flags)
-        _STATE["ext"], _STATE["lanes"] = ext, int(ext.lanes())
+        ext = load_inline(name, cpp_sources=[src], functions=["mqa_partial", "mqa_decode", "lanes", "value_columns"], extra_cflags=flags)
+        _STATE["ext"], _STATE["lanes"], _STATE["cols"] = ext, int(ext.lanes()), int(ext.value_columns())
     except Exception as e:  # noqa: BLE001 - no compiler / ninja / headers: the flash kernel still serves
         log.warning("mqa kernel not built (%s); decode attention uses torch's flash kernel", str(e).splitlines()[0])
     return _STATE["ext"]
@@ -72,7 +72,7 @@ def attention_pieces(q: torch.Tensor, rows: torch.Tensor, lens: torch.Tensor | N
     row r of sequence n sees its first lens[n, r] rows (None: all L)."""
     ext = load()
     if (ext is not None and q.dtype == rows.dtype == torch.float32 and q.stride(-1) == 1 and rows.stride(-1) == 1
-            and q.shape[-1] % _STATE["lanes"] == 0 and C % (2 * _STATE["lanes"]) == 0):
+            and q.shape[-1] % _STATE["lanes"] == 0 and C % _STATE["cols"] == 0):
         return ext.mqa_partial(q, rows, lens, C)
     mask = None if lens is None else length_mask(lens, rows.shape[1])
     o, lse = _FLASH(q[:, None], rows[:, None], rows[:, None], 0.0, False,
@@ -88,6 +88,6 @@ def fused_decode(q: torch.Tensor, prompts: list[torch.Tensor], prompt_of: torch.
     `order`: the sequences by prompt, so a prompt's rows are read while in cache. Returns [B, R, C]."""
     ext = load()
     if (ext is None or q.dtype != torch.float32 or q.stride(-1) != 1 or gen.stride(-1) != 1
-            or q.shape[-1] % _STATE["lanes"] or C % (2 * _STATE["lanes"])):
+            or q.shape[-1] % _STATE["lanes"] or C % _STATE["cols"]):
         return None
     return ext.mqa_decode(q, prompts, prompt_of, gen, gen_lens, order, C)
