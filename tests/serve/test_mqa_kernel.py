@@ -94,6 +94,26 @@ def test_rope_table_and_one_pass_rope_give_transformers_bits():
         assert torch.equal(got[:, :4], want_q[0].transpose(0, 1)) and torch.equal(got[:, 4], want_k[0, 0])
 
 
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler / ninja here: rope_rows is what runs")
+@pytest.mark.parametrize("interleave", [True, False])
+def test_the_kernels_one_pass_rope_gives_rope_rows_bits(interleave):
+    """mqa_kernel.rope_qk (the query heads' and the key's rope parts from the projections, written where the
+    engine keeps them) against rope_rows, which the test above holds to transformers' bits."""
+    from qverify.serve.embedded.mla import rope_rows
+
+    g = torch.Generator().manual_seed(1)
+    N, H, dn, dr, C = 37, 4, 32, 64, 512
+    q = torch.randn(N, H * (dn + dr), generator=g).view(N, H, dn + dr)
+    kv = torch.randn(N, C + dr, generator=g)
+    ang = torch.randn(N, 1, dr, generator=g) * 10
+    cos, sin = ang.cos(), ang.sin()
+    latent = torch.full((N, C + dr), float("nan"))
+    q_rot = mqa_kernel.rope_qk(q, kv, cos, sin, dn, interleave, latent)
+    want = rope_rows(torch.cat([q[..., dn:], kv[:, None, C:]], 1), cos, sin, interleave)
+    assert torch.equal(q_rot, want[:, :H]) and torch.equal(latent[:, C:], want[:, H])
+    assert latent[:, :C].isnan().all()  # the latent's first C values are the caller's to write
+
+
 def test_the_limit_counts_kv_b_proj_once_and_lm_head_where_logits_are_used():
     spec = importlib.util.spec_from_file_location("engine_throughput",
                                                   Path(__file__).parents[2] / "benchmarks" / "engine_throughput.py")

@@ -22,7 +22,7 @@ import torch
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import rotate_half
 
 from qverify.serve.embedded.kv_fp8 import fp8_roundtrip
-from qverify.serve.embedded.mqa_kernel import attention_pieces, length_mask
+from qverify.serve.embedded.mqa_kernel import attention_pieces, length_mask, rope_qk
 from qverify.serve.embedded.mqa_kernel import ready as kernel_ready
 
 
@@ -136,12 +136,15 @@ class MLALayer:
         q = a.q_proj(h) if a.q_lora_rank is None else a.q_b_proj(a.q_a_layernorm(a.q_a_proj(h)))
         q = q.view(n, self.H, self.dn + self.dr)
         kv = a.kv_a_proj_with_mqa(h)[0]  # [N, C + dr]
-        # the H query heads' rope parts and the key's in one pass (elementwise, so the same bits as HF's two calls)
-        rot = rope_rows(torch.cat([q[..., self.dn:], kv[:, None, self.C:]], 1), cos, sin, self.rope_interleave)
-        latent = torch.cat([a.kv_a_layernorm(kv[:, : self.C]), rot[:, self.H]], dim=-1)
+        latent = torch.empty(n, self.width, dtype=torch.promote_types(kv.dtype, cos.dtype))  # (as a cat of the two)
+        q_rot = rope_qk(q, kv, cos, sin, self.dn, self.rope_interleave, latent)  # writes latent[:, C:]
+        if q_rot is None:  # no kernel: the H query heads' rope parts and the key's in one pass of torch ops
+            rot = rope_rows(torch.cat([q[..., self.dn:], kv[:, None, self.C:]], 1), cos, sin, self.rope_interleave)
+            q_rot, latent[:, self.C:] = rot[:, : self.H], rot[:, self.H]
+        latent[:, : self.C] = a.kv_a_layernorm(kv[:, : self.C])
         if self.kv_scale is not None:
             latent = fp8_roundtrip(latent, self.kv_scale)
-        return Projected(q[..., : self.dn], rot[:, : self.H], latent)
+        return Projected(q[..., : self.dn], q_rot, latent)
 
     def prefill(self, p: Projected) -> torch.Tensor:
         """Causal MHA over one prompt's own tokens: [P, H * dv] (kv_b_proj expands the prompt's latent once)."""

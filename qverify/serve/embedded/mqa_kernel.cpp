@@ -315,6 +315,50 @@ torch::Tensor mqa_decode(torch::Tensor q, std::vector<torch::Tensor> prompts, to
   return out;
 }
 
+// transformers' rope on one row of d values, the same expressions in the same order (fp-contract off: a product
+// and a difference rounded separately, as torch's elementwise ops round them), so the same bits.
+// interleave (apply_rotary_pos_emb_interleave): out[i] = x[2i] c[i] - x[2i+1] s[i], out[h + i] = x[2i+1] c[i] + x[2i] s[i];
+// else (apply_rotary_pos_emb): out = x c + rotate_half(x) s, rotate_half(x) = (-x[h:], x[:h]).
+__attribute__((optimize("fp-contract=off"))) static void rope_row(const float* x, int64_t xs, const float* c,
+                                                                  const float* sn, int64_t d, bool interleave,
+                                                                  float* out) {
+  const int64_t h = d / 2;
+  if (interleave) {
+    for (int64_t i = 0; i < h; ++i) {
+      const float a = x[2 * i * xs], b = x[(2 * i + 1) * xs];
+      out[i] = a * c[i] - b * sn[i];
+      out[h + i] = b * c[i] + a * sn[i];
+    }
+  } else {
+    for (int64_t i = 0; i < h; ++i) out[i] = x[i * xs] * c[i] + (-x[(i + h) * xs]) * sn[i];
+    for (int64_t i = h; i < d; ++i) out[i] = x[i * xs] * c[i] + x[(i - h) * xs] * sn[i];
+  }
+}
+
+// The rope part of one layer's projections for N tokens, in one pass: q [N, H, dn + dr] (the query projection,
+// any strides) -> q_rot [N, H, dr]; kv [N, C + dr] (kv_a_proj's output) -> latent[:, C:] (the cached key's rope
+// part, written in place; the caller writes latent[:, :C]). cos, sin [N, 1, dr] or [N, dr], contiguous rows.
+// It replaces two cats, two strided slices and six elementwise passes (14% of a prefill's projection time).
+torch::Tensor rope_qk(torch::Tensor q, torch::Tensor kv, torch::Tensor cos, torch::Tensor sin, int64_t dn,
+                      bool interleave, torch::Tensor latent) {
+  TORCH_CHECK(q.dtype() == torch::kFloat32 && kv.dtype() == torch::kFloat32 && latent.dtype() == torch::kFloat32 &&
+              cos.dtype() == torch::kFloat32 && sin.dtype() == torch::kFloat32, "fp32 only");
+  const int64_t N = q.size(0), H = q.size(1), dr = q.size(2) - dn, C = kv.size(1) - dr;
+  TORCH_CHECK(latent.size(0) == N && latent.size(1) == C + dr && latent.stride(1) == 1, "latent [N, C + dr]");
+  auto cs = cos.reshape({N, dr}).contiguous(), sn = sin.reshape({N, dr}).contiguous();
+  auto q_rot = torch::empty({N, H, dr}, q.options());
+  const float *qp = q.data_ptr<float>(), *kp = kv.data_ptr<float>(), *cp = cs.data_ptr<float>(), *sp = sn.data_ptr<float>();
+  float *op = q_rot.data_ptr<float>(), *lp = latent.data_ptr<float>();
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t h = 0; h < H; ++h)
+      rope_row(qp + n * q.stride(0) + h * q.stride(1) + dn * q.stride(2), q.stride(2), cp + n * dr, sp + n * dr, dr,
+               interleave, op + (n * H + h) * dr);
+    rope_row(kp + n * kv.stride(0) + C * kv.stride(1), kv.stride(1), cp + n * dr, sp + n * dr, dr, interleave,
+             lp + n * latent.stride(0) + C);
+  }
+  return q_rot;
+}
+
 // the vector width this build was compiled for: W must be a multiple of it and C of CV times it
 int64_t lanes() { return VL; }
 int64_t value_columns() { return CV * VL; }

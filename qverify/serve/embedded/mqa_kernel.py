@@ -50,7 +50,7 @@ def load() -> object | None:
         src = _SRC.read_text()
         digest = hashlib.sha256((src + torch.__version__ + " ".join(flags)).encode()).hexdigest()[:12]
         name = f"qverify_mqa_{digest}"  # a changed source, torch or instruction set is a new build
-        ext = load_inline(name, cpp_sources=[src], functions=["mqa_partial", "mqa_decode", "lanes", "value_columns"], extra_cflags=flags)
+        ext = load_inline(name, cpp_sources=[src], functions=["mqa_partial", "mqa_decode", "lanes", "value_columns", "rope_qk"], extra_cflags=flags)
         _STATE["ext"], _STATE["lanes"], _STATE["cols"] = ext, int(ext.lanes()), int(ext.value_columns())
     except Exception as e:  # noqa: BLE001 - no compiler / ninja / headers: the flash kernel still serves
         log.warning("mqa kernel not built (%s); decode attention uses torch's flash kernel", str(e).splitlines()[0])
@@ -91,3 +91,14 @@ def fused_decode(q: torch.Tensor, prompts: list[torch.Tensor], prompt_of: torch.
             or q.shape[-1] % _STATE["lanes"] or C % _STATE["cols"]):
         return None
     return ext.mqa_decode(q, prompts, prompt_of, gen, gen_lens, order, C)
+
+
+def rope_qk(q: torch.Tensor, kv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dn: int, interleave: bool,
+            latent: torch.Tensor) -> torch.Tensor | None:
+    """The rope part of a layer's projections in one pass (mla.MLALayer.project): returns q_rot [N, H, dr] from
+    q [N, H, dn + dr], and writes the key's rope part (kv [N, C + dr]'s last dr values, roped) into latent[:, C:];
+    the same bits as mla.rope_rows. None when the kernel is not built (then: rope_rows)."""
+    ext = load()
+    if ext is None or not (q.dtype == kv.dtype == latent.dtype == cos.dtype == torch.float32):
+        return None
+    return ext.rope_qk(q, kv, cos, sin, dn, interleave, latent)
