@@ -100,21 +100,28 @@ def test_sampler_draws_from_the_top_p_nucleus():
 
 
 def test_nucleus_draws_equal_the_whole_vocabulary_gumbel_max():
-    """The sampler draws noise only for the top-64 candidates when every nucleus fits there; the tokens must be
-    those of Gumbel-max over the whole masked vocabulary with the same (seed, step, token) noise (500 rows)."""
+    """The sampler ranks rows in stages (top 8, top 64, all) and draws noise for the ranked tokens only; the tokens
+    must be those of Gumbel-max over the whole masked vocabulary with the same (seed, step, token) noise, for
+    nuclei that each stage takes, in one batch with top_p 1 and greedy rows (600 rows)."""
     from qverify.serve.embedded.sampler import uniform_noise
 
     g = torch.Generator().manual_seed(0)
-    n, v = 500, 768
-    logits = torch.randn(n, v, generator=g) * 3
-    temp, top_p = torch.full((n,), 0.6), torch.full((n,), 0.95)
+    n, v = 600, 768
+    spread = torch.tensor([12.0, 3.0, 0.4]).repeat(n // 3)[:, None]  # peaked, medium, flat rows
+    logits = torch.randn(n, v, generator=g) * spread
+    temp = torch.full((n,), 0.6)
+    top_p = torch.full((n,), 0.95)
+    top_p[::10], temp[5::10] = 1.0, 0.0  # every 10th row: the whole vocabulary; every 10th from 5: greedy
     seeds, steps = torch.randint(0, 2**40, (n,), generator=g), torch.randint(0, 100, (n,), generator=g)
-    z = logits / 0.6
+    z = logits / temp.clamp(min=1e-9)[:, None]
     probs = torch.softmax(z, -1)
     sp, si = probs.sort(-1, descending=True)
-    keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, si, (sp.cumsum(-1) - sp) < 0.95)
-    want = (z.masked_fill(~keep, float("-inf")).double() - torch.log(-torch.log(uniform_noise(seeds, steps, v)))).argmax(-1)
-    assert int(keep.sum(-1).max()) < 64  # the case the candidate path serves
+    keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, si, (sp.cumsum(-1) - sp) < top_p[:, None])
+    noise = -torch.log(-torch.log(uniform_noise(seeds, steps, v)))
+    want = (z.masked_fill(~keep, float("-inf")).double() + noise).argmax(-1)
+    want[5::10] = logits[5::10].argmax(-1)
+    size = keep.sum(-1)[top_p < 1]
+    assert (size <= 8).any() and ((size > 8) & (size <= 64)).any() and (size > 64).any()  # every stage serves
     assert torch.equal(sample(logits, temp, top_p, seeds, steps), want)
 
 

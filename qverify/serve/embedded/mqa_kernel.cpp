@@ -37,6 +37,9 @@ constexpr int BL = 32;  // latent rows per block (a multiple of VL)
 constexpr int JT = VL / 4;
 // Column vectors per values tile: 4 rows x CV accumulators (16 zmm; 8 ymm)
 constexpr int CV = VL == 16 ? 4 : 2;
+#ifndef PF_HINT
+#define PF_HINT 3
+#endif
 #ifndef PF_TILES
 #define PF_TILES 1
 #endif
@@ -121,8 +124,8 @@ static void segment(const float* q, int64_t qs, int64_t R, const float* k, int64
       const float* kj = k + (j0 + j) * ks;
       // rows PF_TILES tiles ahead, a line at a time: the hardware prefetcher alone kept too few reads in flight
       // (a sequence's own rows, read by its 4 query rows only, ran at ~6 GB/s against ~25 from L3)
-      for (int ji = 0; ji < JT; ++ji)
-        for (int64_t w = 0; w < W; w += 16) __builtin_prefetch(kj + (PF_TILES * JT + ji) * ks + w);
+      for (int ji = 0; ji < JT && j0 + j + PF_TILES * JT + ji < L; ++ji)
+        for (int64_t w = 0; w < W; w += 16) __builtin_prefetch(kj + (PF_TILES * JT + ji) * ks + w, 0, PF_HINT);
       int64_t r = 0;
       for (; r + 4 <= R; r += 4) {
         vf acc[VL] = {};  // acc[qi * JT + ji]: query row r + qi against latent row j + ji

@@ -56,25 +56,42 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
     rows = (~greedy).nonzero().squeeze(1)
     z = x[rows] / temperature[rows, None]
     p = top_p[rows]
-    if bool((p < 1).any()):
-        probs = torch.softmax(z, -1)
-        # the nucleus is usually a few dozen tokens: rank the top 64 only, unless some row's nucleus is wider
-        sp, si = probs.topk(min(64, probs.shape[-1]), -1)
-        full = bool((sp.sum(-1) < p).any())
-        if full:
-            sp, si = probs.sort(-1, descending=True)
-        keep_sorted = (sp.cumsum(-1) - sp) < p[:, None]  # the smallest prefix reaching top_p
-        if not full and bool((p < 1).all()):
-            # every row's nucleus is among its top 64: noise for those tokens only (the same values as over the
-            # whole vocabulary, the hash being per token id), and the argmax among them
-            zs = z.gather(1, si).masked_fill(~keep_sorted, float("-inf"))
-            g = _gumbel(uniform_noise(seeds[rows], steps[rows], si))
-            out[rows] = si.gather(1, (zs.double() + g).argmax(-1, keepdim=True))[:, 0]
-            return out
-        keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, si, keep_sorted)
-        z = z.masked_fill(~keep, float("-inf"))
-    g = _gumbel(uniform_noise(seeds[rows], steps[rows], z.shape[-1]))
-    out[rows] = (z.double() + g).argmax(-1)
+    nucleus = p < 1
+    if bool(nucleus.any()):
+        i = nucleus.nonzero().squeeze(1)
+        out[rows[i]] = _top_p_tokens(z[i], p[i], seeds[rows[i]], steps[rows[i]])
+    whole = (~nucleus).nonzero().squeeze(1)  # top_p 1: the whole vocabulary
+    if len(whole):
+        r = rows[whole]
+        out[r] = (z[whole].double() + _gumbel(uniform_noise(seeds[r], steps[r], z.shape[-1]))).argmax(-1)
+    return out
+
+
+def _top_p_tokens(z: torch.Tensor, p: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """Gumbel-max over each row's nucleus (the smallest prefix of its tokens by probability whose mass reaches
+    p), for rows with p < 1. Ranking the whole vocabulary is the cost (topk runs ~2 us per row per call even for
+    k = 8), and the nucleus is usually small (main-job suites at T 0.6, top_p 0.95: under 8 tokens in 98% of
+    rows), so rows are ranked in widening stages, top 8, then top 64, then all, each stage taking the rows whose
+    nucleus it holds. A row's token is the same whichever stage takes it: the same prefix sums, and noise that is a
+    function of the token id (uniform_noise)."""
+    V = z.shape[-1]
+    probs = torch.softmax(z, -1)
+    out = torch.empty(z.shape[0], dtype=torch.long)
+    todo = torch.arange(z.shape[0])
+    for k in (8, 64, V):
+        if k >= V:
+            sp, si = probs[todo].sort(-1, descending=True)
+        else:
+            sp, si = probs[todo].topk(k, -1)
+        cum = sp.cumsum(-1)
+        fits = torch.ones_like(todo, dtype=torch.bool) if k >= V else cum[:, -1] >= p[todo]  # next token not kept
+        r, sp, si, cum = todo[fits], sp[fits], si[fits], cum[fits]
+        keep = (cum - sp) < p[r, None]
+        zs = z[r].gather(1, si).masked_fill(~keep, float("-inf"))
+        out[r] = si.gather(1, (zs.double() + _gumbel(uniform_noise(seeds[r], steps[r], si))).argmax(-1, keepdim=True))[:, 0]
+        todo = todo[~fits]
+        if not len(todo):
+            break
     return out
 
 
