@@ -180,6 +180,11 @@ class Engine:
                     self._running_version += 1
                 else:
                     self._done(s)
+            if self.running:  # the longest any running sequence can grow: the runners' buffers grow there once
+                most = min(max(s.req.max_tokens for s in self.running), self.max_context) + self.spec_tokens + 1
+                for r in (self.runner, self.draft):
+                    if r is not None:
+                        r.reserve(most)
         self._evict()
 
     def _prefill(self, prompts: list[_Prompt], echo: set[tuple[int, ...]]) -> None:

@@ -50,6 +50,7 @@ class ModelRunner:
         self.slots = slots
         # grown on demand (ensure_capacity): a server sized for 256 sequences that serves 3 holds 3 slots' rows
         self.gen = torch.zeros(len(self.layers), min(slots, 8), cap, self.width)
+        self._reserve = 0  # rows the next growth goes to at least (reserve)
         self.table = PromptTable(len(self.layers), self.width)  # live prompts, padded, for batched decode reads
         self._plan: tuple[list, _FusedPlan, PromptPlan | None] | None = None
         self._rope: dict = {}  # the rotary module's cos/sin for positions 0..len-1 (mla.rope_tables)
@@ -60,20 +61,29 @@ class ModelRunner:
         return any(m.kv_scale is not None for m in self.mla)
 
     def ensure_capacity(self, rows: int, seqs: int) -> None:
-        """Room for `seqs` running sequences of `rows` generated rows each (doubling either; rare, and copies only
-        the live buffer)."""
+        """Room for `seqs` running sequences (slots 0..seqs-1, the live ones) of `rows` generated rows each
+        (doubling either, or straight to `reserve`; rare, and copies only the live sequences' rows)."""
         slots, cap = self.gen.shape[1:3]
         if rows <= cap and seqs <= slots:
             return
         while cap < rows:
             cap *= 2
+        if rows > self.gen.shape[2]:
+            cap = max(cap, self._reserve)
         while slots < seqs:
             slots = min(2 * slots, max(self.slots, seqs))
         # uninitialised where the kernel reads: it never reads a row a sequence has not written (and zeroing
         # the grown buffer was 4% of a benchmark run); the split-KV fallback reads masked rows, which must be finite
         new = (torch.empty if kernel_ready() else torch.zeros)(self.gen.shape[0], slots, cap, self.width)
-        new[:, : self.gen.shape[1], : self.gen.shape[2]] = self.gen
+        live_seqs, live_rows = min(seqs, self.gen.shape[1]), min(rows, self.gen.shape[2])  # what holds written rows
+        new[:, :live_seqs, :live_rows] = self.gen[:, :live_seqs, :live_rows]
         self.gen = new
+
+    def reserve(self, rows: int) -> None:
+        """The most generated rows a running sequence can reach (the engine's max_tokens bound): when the rows
+        outgrow the buffer, it grows straight to that, once, instead of doubling (each doubling copied the whole
+        buffer). Only with the kernel, whose buffer is uninitialised: a page costs nothing until a row is written."""
+        self._reserve = rows if kernel_ready() else 0
 
     def move_slot(self, src: int, dst: int, rows: int) -> None:
         self.gen[:, dst, :rows] = self.gen[:, src, :rows]
