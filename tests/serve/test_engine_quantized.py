@@ -19,17 +19,32 @@ CALIB = {"calib_samples": 16, "calib_seq_len": 128}
 def built(tiny_model_dir, tmp_path_factory):
     from qverify.quantize import build
 
-    workdir, cache = tmp_path_factory.mktemp("workdir"), {}
+    workdir, cache, dirs, refs = tmp_path_factory.mktemp("workdir"), {}, {}, {}
 
     def get(recipe: str):
+        """The build as the server loads it (model_loader: compressed-tensors' forward prepared for serving)."""
         if recipe not in cache:
             from qverify.serve.embedded.model_loader import load_for_serving
 
-            cache[recipe] = load_for_serving(build(recipe, model=tiny_model_dir, workdir=workdir, **CALIB).build_dir,
-                                             speculative=False)
+            dirs[recipe] = build(recipe, model=tiny_model_dir, workdir=workdir, **CALIB).build_dir
+            cache[recipe] = load_for_serving(dirs[recipe], speculative=False)
         return cache[recipe]
 
+    def reference(recipe: str):
+        """The same build loaded separately and left as compressed-tensors returns it: the reference forward."""
+        if recipe not in refs:
+            get(recipe)
+            refs[recipe] = reference_model(dirs[recipe])
+        return refs[recipe]
+
+    get.reference = reference
     return get
+
+
+def reference_model(build_dir):
+    from qverify.quantize.loader import load_build
+
+    return load_build(build_dir).model.to(torch.float32).eval()  # as load_for_serving casts it
 
 
 @pytest.fixture(scope="module")
@@ -78,18 +93,20 @@ def test_logits_match_compressed_tensors_forward(built, ids, recipe, scale_mode)
     lm = built(recipe)
     runner = ModelRunner(lm.model, slots=4, fp8_kv=lm.fp8_kv, scale_mode=scale_mode)
     assert runner.fp8_kv == recipe.startswith("fp8kv")
-    got, want = engine_logits(runner, ids, 12), hf_logits(lm.model, ids)
+    ref = built.reference(recipe)
+    got, want = engine_logits(runner, ids, 12), hf_logits(ref, ids)
     assert got.shape == want.shape
     err = assert_logits_close(got, want, recipe)
     assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.98
-    # and the quantization is really in both: switching it off moves the reference
+    # and the quantization is really in both: switching it off moves the reference and the served model
     from qverify.quantize.loader import set_quantization_enabled
 
-    set_quantization_enabled(lm.model, False)
-    try:
-        assert (hf_logits(lm.model, ids) - want).abs().max().item() > 10 * err
-    finally:
-        set_quantization_enabled(lm.model, True)
+    for model in (ref, lm.model):
+        set_quantization_enabled(model, False)
+        try:
+            assert (hf_logits(model, ids) - want).abs().max().item() > 10 * err
+        finally:
+            set_quantization_enabled(model, True)
 
 
 def _hf_latent(model, ids: list[int], layer: int) -> torch.Tensor:
@@ -190,7 +207,7 @@ def test_kimi_shaped_int4_experts_match_compressed_tensors_forward(kimi_shaped, 
     assert any("weight_packed" in k or "weight_scale" in k for k in lm.model.state_dict() if ".experts." in k)
     ids = lm.tokenizer("def load_config(path):\n    return json.load(open(path))\n", add_special_tokens=False)["input_ids"]
     runner = ModelRunner(lm.model, slots=2, fp8_kv=lm.fp8_kv, scale_mode=scale_mode)
-    got, want = engine_logits(runner, ids, len(ids) // 2), hf_logits(lm.model, ids)
+    got, want = engine_logits(runner, ids, len(ids) // 2), hf_logits(reference_model(res.build_dir), ids)
     err = (got - want).abs().max().item()
     assert err < 2e-3 * want.abs().max().item(), f"max |engine - compressed-tensors| = {err}"
 

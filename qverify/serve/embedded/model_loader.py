@@ -56,6 +56,12 @@ def load_for_serving(path: Path, quantization: bool = True, speculative: bool | 
     use_spec = wants_speculative(manifest) if speculative is None else speculative
     model = model.to(getattr(torch, dtype)).eval()
     drafter = drafter.to(getattr(torch, dtype)).eval() if (drafter is not None and use_spec) else None
+    if is_build(path):  # compressed-tensors' forward without its per-call offload and weight re-quantization
+        from qverify.serve.embedded.ct_forward import prepare_for_serving
+
+        for m in (model, drafter):
+            if m is not None:
+                prepare_for_serving(m)
     info = {"build_id": manifest.get("build_id"), "recipe": manifest.get("recipe"), "model_path": str(path),
             "kv_cache_dtype": manifest.get("kv_dtype", "bf16"), "kv_bytes_per_token": manifest.get("kv_bytes_per_token"),
             "quantization_enabled": quantization, "dtype": dtype}

@@ -8,8 +8,9 @@ docs/serving.md). Here: one stable sort by expert, then one GEMM pair per hit ex
 Numerics are the same computation as HF's: the same router module, each routed row through F.linear with its
 expert's weights, the gate applied by the module's own `_apply_gate`, weighted, then summed over the top-k in
 routing order, then the shared experts added. Only plain fused experts take this path (3-D `gate_up_proj` /
-`down_proj`, no bias, not transposed, no compressed-tensors scheme anywhere in the block); quantized experts are
-linearized per-expert Linear modules and run as loaded, so compressed-tensors' forward stays their reference.
+`down_proj`, no bias, not transposed, no compressed-tensors scheme on the experts or the router); quantized experts
+are linearized per-expert Linear modules and run as loaded, and so do quantized shared experts (NVFP4 in the main
+job's candidate), so compressed-tensors' forward stays their reference.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def plain_fused_experts(mlp: torch.nn.Module) -> bool:
         return False
     if not getattr(ex, "is_concatenated", True) or not hasattr(ex, "_apply_gate"):
         return False
-    return not any(hasattr(m, "quantization_scheme") for m in mlp.modules())
+    # the routed experts and the router only: quantized shared experts are called as loaded (moe_forward)
+    return not any(hasattr(m, "quantization_scheme") for part in (ex, mlp.gate) for m in part.modules())
 
 
 def _silu_gate(ex: torch.nn.Module):
