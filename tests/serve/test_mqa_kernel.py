@@ -175,3 +175,26 @@ def test_prefill_causal_attention_equals_an_explicit_masked_softmax(n):
     s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
     ref = torch.einsum("hqk,hkd->hqd", torch.softmax(s, -1), v.double())
     assert (causal_attention(q, k, v, 0.1).double() - ref).abs().max() < 1e-5
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler / ninja here: compressed-tensors' eager cast runs")
+def test_the_fp4_cast_backend_gives_compressed_tensors_values():
+    """qverify's cast_to_fp4 (registered with compressed-tensors for fp32 CPU tensors) against compressed-tensors'
+    eager function, bit for bit: random values over the FP4 range and past it, every interval bound, each side of
+    it, signed zeros, infinities; NaN stays NaN."""
+    from compressed_tensors.quantization.utils.fp4_utils import cast_to_fp4
+    from compressed_tensors.utils.impl_backend import ImplBackend
+
+    from qverify.serve.embedded.ct_forward import register_cpu_fp4_cast
+
+    bounds = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    edges = torch.cat([bounds, bounds.nextafter(torch.tensor(0.0)), bounds.nextafter(torch.tensor(9.0)),
+                       torch.tensor([0.0, -0.0, 6.0, 7.5, float("inf")])])
+    x = torch.cat([torch.randn(4987, generator=torch.Generator().manual_seed(0)) * 3, edges, -edges,
+                   torch.tensor([float("nan")])]).view(-1, 8)
+    want = ImplBackend.call("cast_to_fp4", x)  # the eager function, by its registered name
+    register_cpu_fp4_cast()
+    got = cast_to_fp4(x)  # the dispatch wrapper, which now picks qverify's backend
+    assert got.shape == x.shape and got[-1, -1].isnan()
+    assert torch.equal(got.view(torch.int32)[~want.isnan()], want.view(torch.int32)[~want.isnan()])
+    assert torch.equal(mqa_kernel.load().cast_to_fp4(x).view(torch.int32), got.view(torch.int32))  # it was the one used

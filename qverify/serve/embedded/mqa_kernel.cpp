@@ -362,6 +362,27 @@ torch::Tensor rope_qk(torch::Tensor q, torch::Tensor kv, torch::Tensor cos, torc
   return q_rot;
 }
 
+// compressed-tensors' cast_to_fp4 (its eager CPU path: nearest FP4 E2M1 value, the same interval bounds, then
+// times torch.sign), element for element the same values; out-of-place, contiguous fp32.
+torch::Tensor cast_to_fp4(torch::Tensor x) {
+  TORCH_CHECK(x.dtype() == torch::kFloat32, "fp32 only");
+  auto xc = x.contiguous();
+  auto out = torch::empty_like(xc);
+  const float* xp = xc.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const int64_t n = xc.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = xp[i];
+    const float sign = static_cast<float>((0.f < v) - (v < 0.f));  // torch.sign (NaN: 0, and NaN * 0 is NaN)
+    const float a = std::fabs(v);
+    // the interval bounds as steps (branch-free, so the loop vectorizes): each FP4 value is a sum of exact halves
+    const float q = 0.5f * (a > 0.25f) + 0.5f * (a >= 0.75f) + 0.5f * (a > 1.25f) + 0.5f * (a >= 1.75f) +
+                    1.f * (a > 2.5f) + 1.f * (a >= 3.5f) + 2.f * (a > 5.f);
+    op[i] = (a != a ? a : q) * sign;  // NaN matches no interval and stays NaN, as in the eager code
+  }
+  return out.view(x.sizes());
+}
+
 // the vector width this build was compiled for: W must be a multiple of it and C of CV times it
 int64_t lanes() { return VL; }
 int64_t value_columns() { return CV * VL; }
