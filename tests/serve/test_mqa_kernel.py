@@ -198,3 +198,21 @@ def test_the_fp4_cast_backend_gives_compressed_tensors_values():
     assert got.shape == x.shape and got[-1, -1].isnan()
     assert torch.equal(got.view(torch.int32)[~want.isnan()], want.view(torch.int32)[~want.isnan()])
     assert torch.equal(mqa_kernel.load().cast_to_fp4(x).view(torch.int32), got.view(torch.int32))  # it was the one used
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler / ninja here: the torch ops run")
+def test_the_fp8_latent_roundtrip_kernel_gives_the_torch_ops_values():
+    """kv_fp8.fp8_roundtrip's one-pass kernel against its five torch ops (x / scale, clamp, float8_e4m3fn, back,
+    * scale) bit for bit, on a strided view with per-value scales, values past the FP8 range and NaN."""
+    from qverify.quantize.kv_scales import FP8_E4M3_MAX
+    from qverify.serve.embedded.kv_fp8 import fp8_roundtrip
+
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(50, 600, generator=g) * torch.logspace(-4, 3, 600)[None])[:, :576]  # row stride 600
+    x[0, :3] = torch.tensor([float("nan"), 1e9, -1e9])
+    scale = torch.rand(576, generator=g) * 0.2 + 0.01
+    want = (x / scale).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn).to(torch.float32) * scale
+    got = fp8_roundtrip(x, scale)
+    assert mqa_kernel.load() is not None and got[0, 0].isnan()
+    ok = ~want.isnan()
+    assert torch.equal(got.view(torch.int32)[ok], want.view(torch.int32)[ok])

@@ -9,6 +9,7 @@
 #include <limits>
 #include <algorithm>
 #include <vector>
+#include <c10/util/Float8_e4m3fn.h>
 
 // Lanes per vector: 16 where the build targets AVX-512 (mqa_kernel.py passes -mavx512f on such CPUs), else 8 (AVX2).
 #if defined(__AVX512F__)
@@ -381,6 +382,28 @@ torch::Tensor cast_to_fp4(torch::Tensor x) {
     op[i] = (a != a ? a : q) * sign;  // NaN matches no interval and stays NaN, as in the eager code
   }
   return out.view(x.sizes());
+}
+
+// kv_fp8.fp8_roundtrip in one pass: x / scale, clamped to +-max, rounded through float8_e4m3fn (c10's own
+// conversion, the one torch's .to(float8_e4m3fn) runs on CPU), back to float, times scale; x [N, W] (any row
+// stride, unit column stride), scale [W]. The same values as the five torch ops.
+torch::Tensor fp8_roundtrip(torch::Tensor x, torch::Tensor scale, double max_abs) {
+  TORCH_CHECK(x.dtype() == torch::kFloat32 && scale.dtype() == torch::kFloat32, "fp32 only");
+  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1 && scale.numel() == x.size(1), "x [N, W], scale [W]");
+  auto sc = scale.contiguous();
+  const int64_t N = x.size(0), W = x.size(1);
+  auto out = torch::empty({N, W}, x.options());
+  const float* sp = sc.data_ptr<float>();
+  const float hi = static_cast<float>(max_abs);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = x.data_ptr<float>() + n * x.stride(0);
+    float* orow = out.data_ptr<float>() + n * W;
+    for (int64_t w = 0; w < W; ++w) {
+      const float y = std::min(std::max(xr[w] / sp[w], -hi), hi);  // torch.clamp: NaN stays NaN
+      orow[w] = static_cast<float>(c10::Float8_e4m3fn(y)) * sp[w];
+    }
+  }
+  return out;
 }
 
 // the vector width this build was compiled for: W must be a multiple of it and C of CV times it
