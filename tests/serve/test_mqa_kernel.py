@@ -216,3 +216,23 @@ def test_the_fp8_latent_roundtrip_kernel_gives_the_torch_ops_values():
     assert mqa_kernel.load() is not None and got[0, 0].isnan()
     ok = ~want.isnan()
     assert torch.equal(got.view(torch.int32)[ok], want.view(torch.int32)[ok])
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler / ninja here: the torch form runs")
+def test_the_kernels_gumbel_argmax_is_the_samplers_torch_form():
+    """The kernel's Gumbel-max (counter hash per (seed, step, token id), -log(-log u)) against the sampler's torch
+    form (uniform_noise, _gumbel, argmax) on 2,000 rows: whole-vocabulary rows and candidate rows with their token
+    ids and masked columns, seeds past 2^32 and negative ones."""
+    from qverify.serve.embedded.sampler import _gumbel, uniform_noise
+
+    g = torch.Generator().manual_seed(4)
+    R, V, K = 1000, 768, 64
+    z = torch.randn(R, V, generator=g) * 0.5  # flat rows: the noise decides, so any hash slip changes the winner
+    seeds = torch.randint(-2**40, 2**40, (R,), generator=g)
+    steps = torch.randint(0, 5000, (R,), generator=g)
+    want = (z.double() + _gumbel(uniform_noise(seeds, steps, V))).argmax(-1)
+    assert torch.equal(mqa_kernel.load().gumbel_argmax(z, seeds, steps, torch.empty(0, dtype=torch.long)), want)
+    ids = torch.stack([torch.randperm(V, generator=g)[:K] for _ in range(R)])
+    zk = z.gather(1, ids).masked_fill(torch.rand(R, K, generator=g) < 0.3, float("-inf"))
+    want = (zk.double() + _gumbel(uniform_noise(seeds, steps, ids))).argmax(-1)
+    assert torch.equal(mqa_kernel.load().gumbel_argmax(zk, seeds, steps, ids), want)

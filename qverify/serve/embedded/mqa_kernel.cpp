@@ -406,6 +406,51 @@ torch::Tensor fp8_roundtrip(torch::Tensor x, torch::Tensor scale, double max_abs
   return out;
 }
 
+// The sampler's Gumbel-max (sampler.py): per row, argmax over columns of z + Gumbel noise, the noise a function of
+// (seed, step, token id) by the same counter hash as sampler.uniform_noise (murmur3's fmix32 on 32-bit lanes; the
+// integer steps are exact, so the same uniforms), then -log(-log(u)) in double (libm's log: it may differ from
+// torch's vectorised log in the last bit, which moves an argmax only on an exact tie).
+// z [R, K] fp32 (-inf: not a candidate), seeds, steps [R] int64, tokens [R, K] int64 (the columns' token ids) or
+// empty (column k is token k). Returns the winning column per row [R].
+static inline uint64_t mix32(uint64_t x) {
+  x ^= x >> 16;
+  x = (x * 0x85EBCA6BULL) & 0xFFFFFFFFULL;
+  x ^= x >> 13;
+  x = (x * 0xC2B2AE35ULL) & 0xFFFFFFFFULL;
+  return x ^ (x >> 16);
+}
+
+torch::Tensor gumbel_argmax(torch::Tensor z, torch::Tensor seeds, torch::Tensor steps, torch::Tensor tokens) {
+  TORCH_CHECK(z.dtype() == torch::kFloat32 && z.dim() == 2, "z: fp32 [R, K]");
+  TORCH_CHECK(seeds.dtype() == torch::kInt64 && steps.dtype() == torch::kInt64, "int64 seeds, steps");
+  const int64_t R = z.size(0), K = z.size(1);
+  const bool ids = tokens.numel() > 0;
+  auto zc = z.contiguous(), sd = seeds.contiguous(), st = steps.contiguous();
+  auto tk = ids ? tokens.contiguous() : tokens;
+  auto out = torch::empty({R}, seeds.options());
+  const uint64_t M = 0xFFFFFFFFULL;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t seed = sd.data_ptr<int64_t>()[r], step = st.data_ptr<int64_t>()[r];
+    uint64_t h = mix32((static_cast<uint64_t>(seed) & M) ^ 0x243F6A88ULL);
+    h = mix32(h ^ ((static_cast<uint64_t>((seed >> 32) + 0x85A308D3LL)) & M));
+    h = mix32(h ^ ((static_cast<uint64_t>(step) * 0x9E3779B1ULL + 0x13198A2EULL) & M));
+    const float* zr = zc.data_ptr<float>() + r * K;
+    double best = -std::numeric_limits<double>::infinity();
+    int64_t arg = 0;
+    bool seen = false;
+    for (int64_t k = 0; k < K; ++k) {
+      const uint64_t t = static_cast<uint64_t>(ids ? tk.data_ptr<int64_t>()[r * K + k] : k);
+      const uint64_t hi = mix32(mix32(h ^ t) ^ 0x03707344ULL);
+      const uint64_t lo = mix32(mix32(hi ^ t) ^ 0xA4093822ULL);
+      const double u = (static_cast<double>((hi << 21) | (lo >> 11)) + 0.5) / 9007199254740992.0;
+      const double v = static_cast<double>(zr[k]) - std::log(-std::log(u));
+      if (!seen || v > best) { best = v; arg = k; seen = true; }  // the first maximum, as torch.argmax
+    }
+    out.data_ptr<int64_t>()[r] = arg;
+  }
+  return out;
+}
+
 // the vector width this build was compiled for: W must be a multiple of it and C of CV times it
 int64_t lanes() { return VL; }
 int64_t value_columns() { return CV * VL; }

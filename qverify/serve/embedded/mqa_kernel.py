@@ -50,7 +50,7 @@ def load() -> object | None:
         src = _SRC.read_text()
         digest = hashlib.sha256((src + torch.__version__ + " ".join(flags)).encode()).hexdigest()[:12]
         name = f"qverify_mqa_{digest}"  # a changed source, torch or instruction set is a new build
-        ext = load_inline(name, cpp_sources=[src], functions=["mqa_partial", "mqa_decode", "lanes", "value_columns", "rope_qk", "cast_to_fp4", "fp8_roundtrip"], extra_cflags=flags)
+        ext = load_inline(name, cpp_sources=[src], functions=["mqa_partial", "mqa_decode", "lanes", "value_columns", "rope_qk", "cast_to_fp4", "fp8_roundtrip", "gumbel_argmax"], extra_cflags=flags)
         _STATE["ext"], _STATE["lanes"], _STATE["cols"] = ext, int(ext.lanes()), int(ext.value_columns())
     except Exception as e:  # noqa: BLE001 - no compiler / ninja / headers: the flash kernel still serves
         log.warning("mqa kernel not built (%s); decode attention uses torch's flash kernel", str(e).splitlines()[0])

@@ -43,6 +43,19 @@ def _gumbel(u: torch.Tensor) -> torch.Tensor:
     return -torch.log(-torch.log(u))
 
 
+def _gumbel_argmax(z: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor, tokens: torch.Tensor | None) -> torch.Tensor:
+    """argmax over columns of z + Gumbel noise per row (tokens [R, K]: the columns' token ids; None: column k is
+    token k). The engine's kernel computes the same hash per element in one pass (the torch form below is ~50 ops
+    over [R, K] int64 tensors, most of the sampler's time); torch when the kernel is not built."""
+    from qverify.serve.embedded.mqa_kernel import load
+
+    ext = load()
+    if ext is not None and z.dtype == torch.float32:
+        return ext.gumbel_argmax(z, seeds, steps, torch.empty(0, dtype=torch.long) if tokens is None else tokens)
+    g = _gumbel(uniform_noise(seeds, steps, z.shape[-1] if tokens is None else tokens))
+    return (z.double() + g).argmax(-1)
+
+
 def sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, seeds: torch.Tensor,
            steps: torch.Tensor, banned: torch.Tensor | None = None) -> torch.Tensor:
     """Token ids [R] for logits [R, V]; temperature <= 0 means greedy. `banned` [R, V] bool masks tokens out."""
@@ -63,7 +76,7 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
     whole = (~nucleus).nonzero().squeeze(1)  # top_p 1: the whole vocabulary
     if len(whole):
         r = rows[whole]
-        out[r] = (z[whole].double() + _gumbel(uniform_noise(seeds[r], steps[r], z.shape[-1]))).argmax(-1)
+        out[r] = _gumbel_argmax(z[whole], seeds[r], steps[r], None)
     return out
 
 
@@ -88,7 +101,7 @@ def _top_p_tokens(z: torch.Tensor, p: torch.Tensor, seeds: torch.Tensor, steps: 
         r, sp, si, cum = todo[fits], sp[fits], si[fits], cum[fits]
         keep = (cum - sp) < p[r, None]
         zs = z[r].gather(1, si).masked_fill(~keep, float("-inf"))
-        out[r] = si.gather(1, (zs.double() + _gumbel(uniform_noise(seeds[r], steps[r], si))).argmax(-1, keepdim=True))[:, 0]
+        out[r] = si.gather(1, _gumbel_argmax(zs, seeds[r], steps[r], si)[:, None])[:, 0]
         todo = todo[~fits]
         if not len(todo):
             break
