@@ -114,6 +114,28 @@ def test_the_kernels_one_pass_rope_gives_rope_rows_bits(interleave):
     assert latent[:, :C].isnan().all()  # the latent's first C values are the caller's to write
 
 
+def test_rms_norm_into_a_latent_slice_gives_the_modules_bits():
+    """mla.rms_norm_into (kv_a_layernorm written straight into the latent buffer's strided slice) against
+    transformers' DeepseekV3RMSNorm module, bit for bit, with a trained-looking weight; the rest of the row is
+    left alone. A bf16 norm takes the module itself."""
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3RMSNorm
+
+    from qverify.serve.embedded.mla import rms_norm_into
+
+    g = torch.Generator().manual_seed(3)
+    norm = DeepseekV3RMSNorm(512, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(512, generator=g) * 2)
+        kv = torch.randn(300, 576, generator=g) * torch.rand(300, 1, generator=g) * 5
+        latent = torch.full((300, 576), float("nan"))
+        rms_norm_into(norm, kv[:, :512], latent[:, :512])
+        assert torch.equal(latent[:, :512], norm(kv[:, :512])) and latent[:, 512:].isnan().all()
+        half = DeepseekV3RMSNorm(512).to(torch.bfloat16)
+        out = torch.empty(300, 512, dtype=torch.bfloat16)
+        rms_norm_into(half, kv[:, :512].bfloat16(), out)
+        assert torch.equal(out, half(kv[:, :512].bfloat16()))
+
+
 def test_the_limit_counts_kv_b_proj_once_and_lm_head_where_logits_are_used():
     spec = importlib.util.spec_from_file_location("engine_throughput",
                                                   Path(__file__).parents[2] / "benchmarks" / "engine_throughput.py")

@@ -57,6 +57,19 @@ class Projected:
     latent: torch.Tensor  # [N, kv_lora + rope], as cached (FP8-rounded when the cache is FP8)
 
 
+def rms_norm_into(norm: torch.nn.Module, x: torch.Tensor, out: torch.Tensor) -> None:
+    """out[...] = norm(x) for transformers' DeepseekV3RMSNorm (also the name in DeepSeek's and Kimi's remote
+    code, with the same forward): its ops one for one in fp32, so the same bits, with the last product written
+    straight into `out`. Why: `out` is a strided slice of the latent buffer, and assigning the module's result there
+    cost a temporary and a strided copy, about as much as the norm itself. Other norms or dtypes: the module."""
+    w = norm.weight
+    if type(norm).__name__ != "DeepseekV3RMSNorm" or not (x.dtype == out.dtype == w.dtype == torch.float32):
+        out.copy_(norm(x))
+        return
+    variance = x.pow(2).mean(-1, keepdim=True)
+    torch.mul(w, x * torch.rsqrt(variance + norm.variance_epsilon), out=out)
+
+
 def rope_tables(rotary_emb: torch.nn.Module, positions: torch.Tensor, x: torch.Tensor,
                 cache: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [N, 1, rope] at `positions` [N]: rows of a table the model's own rotary module computed once for
@@ -141,7 +154,7 @@ class MLALayer:
         if q_rot is None:  # no kernel: the H query heads' rope parts and the key's in one pass of torch ops
             rot = rope_rows(torch.cat([q[..., self.dn:], kv[:, None, self.C:]], 1), cos, sin, self.rope_interleave)
             q_rot, latent[:, self.C:] = rot[:, : self.H], rot[:, self.H]
-        latent[:, : self.C] = a.kv_a_layernorm(kv[:, : self.C])
+        rms_norm_into(a.kv_a_layernorm, kv[:, : self.C], latent[:, : self.C])
         if self.kv_scale is not None:
             latent = fp8_roundtrip(latent, self.kv_scale)
         return Projected(q[..., : self.dn], q_rot, latent)
