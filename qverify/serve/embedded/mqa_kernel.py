@@ -27,6 +27,7 @@ import torch
 
 log = logging.getLogger(__name__)
 _SRC = Path(__file__).with_name("mqa_kernel.cpp")
+_PREFILL_SRC = Path(__file__).with_name("prefill_kernel.cpp")  # compiled after _SRC, in the same translation unit
 _STATE: dict = {}
 _FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
@@ -47,10 +48,12 @@ def load() -> object | None:
     try:
         from torch.utils.cpp_extension import load_inline
 
-        src = _SRC.read_text()
+        # one translation unit: the prefill kernel uses the decode kernel's lane width and exp (one build, one cache
+        # entry; the digest covers both sources)
+        src = _SRC.read_text() + "\n" + _PREFILL_SRC.read_text()
         digest = hashlib.sha256((src + torch.__version__ + " ".join(flags)).encode()).hexdigest()[:12]
         name = f"qverify_mqa_{digest}"  # a changed source, torch or instruction set is a new build
-        ext = load_inline(name, cpp_sources=[src], functions=["mqa_partial", "mqa_decode", "lanes", "value_columns", "rope_qk", "cast_to_fp4", "fp8_roundtrip", "gumbel_argmax"], extra_cflags=flags)
+        ext = load_inline(name, cpp_sources=[src], functions=["mqa_partial", "mqa_decode", "lanes", "value_columns", "rope_qk", "cast_to_fp4", "fp8_roundtrip", "gumbel_argmax", "causal_prefill"], extra_cflags=flags)
         _STATE["ext"], _STATE["lanes"], _STATE["cols"] = ext, int(ext.lanes()), int(ext.value_columns())
     except Exception as e:  # noqa: BLE001 - no compiler / ninja / headers: the flash kernel still serves
         log.warning("mqa kernel not built (%s); decode attention uses torch's flash kernel", str(e).splitlines()[0])
@@ -102,3 +105,20 @@ def rope_qk(q: torch.Tensor, kv: torch.Tensor, cos: torch.Tensor, sin: torch.Ten
     if ext is None or not (q.dtype == kv.dtype == latent.dtype == cos.dtype == torch.float32):
         return None
     return ext.rope_qk(q, kv, cos, sin, dn, interleave, latent)
+
+
+def causal_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, q2: torch.Tensor | None = None,
+                   k2: torch.Tensor | None = None) -> torch.Tensor | None:
+    """softmax(q k^T * scale, causal) v in one kernel call (prefill_kernel.cpp), [n, H, dv]; None when the kernel
+    is not built, QVERIFY_PREFILL_KERNEL=0, an input is not fp32 or a shape is not supported (then:
+    mla.causal_attention's torch code). q, k [H, n, d], v [H, n, dv], any strides; q2, k2 (optional, [H, n, d2]):
+    further query / key values after q's and k's, so a query split in two (q_nope, q_rot) needs no cat."""
+    ext = load()
+    if ext is None or os.environ.get("QVERIFY_PREFILL_KERNEL", "1") == "0":
+        return None
+    q2 = q[..., :0] if q2 is None else q2
+    k2 = k[..., :0] if k2 is None else k2
+    if (any(t.dtype != torch.float32 for t in (q, k, v, q2, k2)) or v.shape[-1] % _STATE["lanes"]
+            or v.shape[-1] > 256 or q.shape[-1] + q2.shape[-1] > 1024):
+        return None
+    return ext.causal_prefill(q, q2, k, k2, v, scale)
