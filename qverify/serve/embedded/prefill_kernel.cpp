@@ -50,6 +50,21 @@ static PrefillPart prefill_part(const torch::Tensor& t, int64_t H, int64_t n) {
   return {t.data_ptr<float>(), t.stride(0), t.stride(1), t.stride(2), t.size(2)};
 }
 
+// scores of the tile's PR rows against keys [c, c + NV * VL) of a block (kblk: [D][PB]), times scale, into s
+template <int NV>
+static inline void prefill_scores(const float* qt, const float* kblk, int64_t D, int64_t c, float scale, float* s) {
+  vf acc[PR][NV] = {};
+  for (int64_t k = 0; k < D; ++k) {
+    vf x[NV];
+    for (int u = 0; u < NV; ++u) x[u] = loadv(kblk + k * PB + c + u * VL);
+    const float* qk = qt + k * PR;
+    for (int r = 0; r < PR; ++r)
+      for (int u = 0; u < NV; ++u) acc[r][u] += qk[r] * x[u];
+  }
+  for (int r = 0; r < PR; ++r)
+    for (int u = 0; u < NV; ++u) storev(s + r * PB + c + u * VL, acc[r][u] * scale);
+}
+
 // PR x NV accumulators over the output columns [c, c + NV * VL) for keys [0, nv) of a block: o = o * alpha + p @ v
 template <int NV>
 static inline void prefill_values(float* o, int64_t dv, int64_t c, const float* alpha, const float* p,
@@ -92,22 +107,13 @@ static void prefill_tile(const PrefillPart* qp, int nq, int64_t h, int64_t i0, i
   const int64_t diag = i0 / PB;
   for (int64_t b = 0; b <= diag; ++b) {
     const int64_t kb = b * PB;
-    // keys of this block that any row of the tile sees, in whole score passes (the rest of the diagonal block is
-    // above every row's diagonal)
-    const int64_t nk = b < diag ? PB : std::min<int64_t>(PB, (i0 + PR - kb + PCH - 1) / PCH * PCH);
+    // keys of this block that any row of the tile sees, in whole vectors (the rest of the diagonal block is above
+    // every row's diagonal): PKV vectors per pass, the diagonal block's last vector alone
+    const int64_t nk = b < diag ? PB : std::min<int64_t>(PB, (i0 + PR - kb + VL - 1) / VL * VL);
     const float* kblk = kt + b * D * PB;
-    for (int64_t c = 0; c < nk; c += PCH) {
-      vf acc[PR][PKV] = {};
-      for (int64_t k = 0; k < D; ++k) {
-        vf x[PKV];
-        for (int u = 0; u < PKV; ++u) x[u] = loadv(kblk + k * PB + c + u * VL);
-        const float* qk = qt + k * PR;
-        for (int r = 0; r < PR; ++r)
-          for (int u = 0; u < PKV; ++u) acc[r][u] += qk[r] * x[u];
-      }
-      for (int r = 0; r < PR; ++r)
-        for (int u = 0; u < PKV; ++u) storev(s + r * PB + c + u * VL, acc[r][u] * scale);
-    }
+    int64_t c = 0;
+    for (; c + PCH <= nk; c += PCH) prefill_scores<PKV>(qt, kblk, D, c, scale, s);
+    for (; c < nk; c += VL) prefill_scores<1>(qt, kblk, D, c, scale, s);
     if (b == diag)  // key kb + j is above row i0 + r's diagonal (this also masks the zero padding past n)
       for (int r = 0; r < PR; ++r)
         for (int64_t j = std::max<int64_t>(0, i0 + r + 1 - kb); j < nk; ++j) s[r * PB + j] = NEG;
@@ -148,7 +154,7 @@ static void prefill_tile(const PrefillPart* qp, int nq, int64_t h, int64_t i0, i
     // values: keys that exist (< n) and that some row sees (<= the tile's last row)
     const int64_t nv = b < diag ? PB : std::min(i0 + PR, n) - kb;
     const float* vb = v + kb * vs;
-    int64_t c = 0;
+    c = 0;
     for (; c + PCH <= dv; c += PCH) prefill_values<PKV>(o, dv, c, alpha, s, vb, vs, nv);
     for (; c < dv; c += VL) prefill_values<1>(o, dv, c, alpha, s, vb, vs, nv);
   }
@@ -176,10 +182,12 @@ torch::Tensor causal_prefill(torch::Tensor q1, torch::Tensor q2, torch::Tensor k
   auto out = torch::empty({n, H, dv}, v.options());
   if (n == 0) return out;
   const int64_t blocks = (n + PB - 1) / PB, tiles = (n + PR - 1) / PR;
-  std::vector<float> kt(H * blocks * D * PB, 0.f);  // per head: [blocks][D][PB], zero past n
+  std::unique_ptr<float[]> kt(new float[H * blocks * D * PB]);  // per head: [blocks][D][PB]
   at::parallel_for(0, H, 1, [&](int64_t h0, int64_t h1) {
     for (int64_t h = h0; h < h1; ++h) {
-      float* kh = kt.data() + h * blocks * D * PB;
+      float* kh = kt.get() + h * blocks * D * PB;
+      for (int64_t k = 0; k < D; ++k)  // zeros past n: masked anyway, but no garbage (NaN, denormals) is computed on
+        std::fill(kh + ((blocks - 1) * D + k) * PB + (n - (blocks - 1) * PB), kh + ((blocks - 1) * D + k + 1) * PB, 0.f);
       for (int64_t j = 0; j < n; ++j) {
         float* dst = kh + (j / PB) * D * PB + j % PB;
         int64_t k = 0;
@@ -198,7 +206,7 @@ torch::Tensor causal_prefill(torch::Tensor q1, torch::Tensor q2, torch::Tensor k
   at::parallel_for(0, H * tiles, 1, [&](int64_t w0, int64_t w1) {
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t h = w / tiles, t = w % tiles;
-      prefill_tile(qp, 2, h, t * PR, n, D, kt.data() + h * blocks * D * PB, vp + h * vh, vs, dv,
+      prefill_tile(qp, 2, h, t * PR, n, D, kt.get() + h * blocks * D * PB, vp + h * vh, vs, dv,
                    static_cast<float>(scale), op, H);
     }
   });
