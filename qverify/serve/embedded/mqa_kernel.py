@@ -55,6 +55,9 @@ def load() -> object | None:
         name = f"qverify_mqa_{digest}"  # a changed source, torch or instruction set is a new build
         ext = load_inline(name, cpp_sources=[src], functions=["mqa_partial", "mqa_decode", "lanes", "value_columns", "rope_qk", "cast_to_fp4", "fp8_roundtrip", "gumbel_argmax", "causal_prefill"], extra_cflags=flags)
         _STATE["ext"], _STATE["lanes"], _STATE["cols"] = ext, int(ext.lanes()), int(ext.value_columns())
+        # QVERIFY_PREFILL_KERNEL=0: prefill attention runs mla.causal_attention's torch code (A/B runs), the rest
+        # of the kernel as usual
+        _STATE["prefill"] = os.environ.get("QVERIFY_PREFILL_KERNEL", "1") != "0"
     except Exception as e:  # noqa: BLE001 - no compiler / ninja / headers: the flash kernel still serves
         log.warning("mqa kernel not built (%s); decode attention uses torch's flash kernel", str(e).splitlines()[0])
     return _STATE["ext"]
@@ -114,11 +117,10 @@ def causal_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     mla.causal_attention's torch code). q, k [H, n, d], v [H, n, dv], any strides; q2, k2 (optional, [H, n, d2]):
     further query / key values after q's and k's, so a query split in two (q_nope, q_rot) needs no cat."""
     ext = load()
-    if ext is None or os.environ.get("QVERIFY_PREFILL_KERNEL", "1") == "0":
+    if (ext is None or not _STATE["prefill"] or q.dtype != torch.float32 or k.dtype != torch.float32
+            or v.dtype != torch.float32 or v.shape[-1] % _STATE["lanes"] or v.shape[-1] > 256
+            or q.shape[-1] + (0 if q2 is None else q2.shape[-1]) > 1024):
         return None
-    q2 = q[..., :0] if q2 is None else q2
-    k2 = k[..., :0] if k2 is None else k2
-    if (any(t.dtype != torch.float32 for t in (q, k, v, q2, k2)) or v.shape[-1] % _STATE["lanes"]
-            or v.shape[-1] > 256 or q.shape[-1] + q2.shape[-1] > 1024):
+    if (q2 is not None and q2.dtype != torch.float32) or (k2 is not None and k2.dtype != torch.float32):
         return None
     return ext.causal_prefill(q, q2, k, k2, v, scale)

@@ -165,14 +165,15 @@ static void prefill_tile(const PrefillPart* qp, int nq, int64_t h, int64_t i0, i
   }
 }
 
-// softmax(q k^T * scale, causal) v per head. q = cat(q1, q2) and k = cat(k1, k2) along d (q2, k2 may have d = 0),
+// softmax(q k^T * scale, causal) v per head. q = cat(q1, q2) and k = cat(k1, k2) along d (q2, k2 optional),
 // each [H, n, d*] with any strides (k2 may be a stride-0 expand over heads); v [H, n, dv] (any strides, made
 // contiguous along dv if it is not). Returns [n, H, dv], contiguous: the layout MLALayer.prefill's caller wants.
-torch::Tensor causal_prefill(torch::Tensor q1, torch::Tensor q2, torch::Tensor k1, torch::Tensor k2, torch::Tensor v,
-                             double scale) {
+torch::Tensor causal_prefill(torch::Tensor q1, c10::optional<torch::Tensor> q2, torch::Tensor k1,
+                             c10::optional<torch::Tensor> k2, torch::Tensor v, double scale) {
   const int64_t H = q1.size(0), n = q1.size(1);
-  const PrefillPart qp[2] = {prefill_part(q1, H, n), prefill_part(q2, H, n)};
-  const PrefillPart kp[2] = {prefill_part(k1, H, n), prefill_part(k2, H, n)};
+  const PrefillPart none = {nullptr, 0, 0, 0, 0};
+  const PrefillPart qp[2] = {prefill_part(q1, H, n), q2 ? prefill_part(*q2, H, n) : none};
+  const PrefillPart kp[2] = {prefill_part(k1, H, n), k2 ? prefill_part(*k2, H, n) : none};
   const int64_t D = qp[0].d + qp[1].d;
   TORCH_CHECK(kp[0].d + kp[1].d == D && D <= 1024, "q and k: the same width, at most 1024");
   TORCH_CHECK(v.dtype() == torch::kFloat32 && v.dim() == 3 && v.size(0) == H && v.size(1) == n, "v: fp32 [H, n, dv]");
