@@ -326,10 +326,13 @@ def test_prefill_half_precision_is_computed_in_fp32():
     assert (got.double() - _masked_softmax_reference(q, k, v, 0.1)).abs().max() < 2e-2
 
 
-def test_prefill_falls_back_to_the_torch_code_without_the_kernel(monkeypatch):
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 130])
+def test_prefill_falls_back_to_the_torch_code_without_the_kernel(monkeypatch, n):
+    """Without the kernel (no compiler, QVERIFY_MQA_KERNEL=0) the blocked torch code runs: at its 64-row block
+    boundaries against float64 (the test above, where the kernel is built, checks the kernel)."""
     from qverify.serve.embedded.mla import causal_attention
 
     monkeypatch.setitem(mqa_kernel._STATE, "ext", None)
-    q, k, v = _qkv(40, 4)
+    q, k, v = _qkv(n, 4)
     assert mqa_kernel.causal_prefill(q, k, v, 0.1) is None
     assert (causal_attention(q, k, v, 0.1).double() - _masked_softmax_reference(q, k, v, 0.1)).abs().max() < 1e-5

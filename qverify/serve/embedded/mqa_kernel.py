@@ -1,5 +1,8 @@
 """A fused CPU kernel for absorbed decode attention (MQA over the latent), built on first use; torch's fused flash
-kernel when it cannot be built.
+kernel when it cannot be built. The same build also holds the causal prefill-attention kernel (prefill_kernel.cpp,
+compiled in the same translation unit: it shares this kernel's lane width and exp; causal_prefill below, used by
+mla.causal_attention and ~1.6-1.8x faster than its torch code, benchmarks/prefill_attention.py) and the small
+one-pass kernels (rope, FP4 cast, FP8 roundtrip, Gumbel argmax).
 
 Why hand-written: in decode each cached latent row serves only the query rows of the sequences that read it (4
 heads on qverify-tiny, x3 for a prompt shared by 3 replicates). torch's CPU flash kernel and MKL's GEMMs run such
@@ -13,7 +16,8 @@ Each sequence is computed alone in a fixed order, so a sequence's result does no
 
 Built with torch.utils.cpp_extension (gcc, ninja) into torch's extension cache, once per machine: ~40 s on this box
 (ModelRunner builds it at construction, outside any timed step). No compiler, no AVX2/FMA, a build error, or
-QVERIFY_MQA_KERNEL=0: torch's flash kernel, with one warning.
+QVERIFY_MQA_KERNEL=0: torch's flash kernel (and mla.causal_attention's torch code for prefill), with one warning.
+QVERIFY_PREFILL_KERNEL=0 turns off only the prefill kernel (A/B runs).
 """
 
 from __future__ import annotations
