@@ -30,12 +30,18 @@ static inline float hmax(vf v) {
   return h[0];
 }
 
-static inline bool any_lane(vi v) {
-  int32_t h[VL];
-  __builtin_memcpy(h, &v, sizeof(vi));
-  int32_t a = 0;
-  for (int i = 0; i < VL; ++i) a |= h[i];
-  return a != 0;
+// whether any of the n (a multiple of VL) values at x exceeds t: one compare per vector, the lanes tested at once
+// (a per-lane test took more time than the block's exps)
+static inline bool any_above(const float* x, int64_t n, float t) {
+#if defined(__AVX512F__)
+  __mmask16 k = 0;
+  for (int64_t j = 0; j < n; j += VL) k |= _mm512_cmp_ps_mask(_mm512_loadu_ps(x + j), _mm512_set1_ps(t), _CMP_GT_OQ);
+  return k != 0;
+#else
+  __m256 a = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; j += VL) a = _mm256_or_ps(a, _mm256_cmp_ps(_mm256_loadu_ps(x + j), _mm256_set1_ps(t), _CMP_GT_OQ));
+  return _mm256_movemask_ps(a) != 0;
+#endif
 }
 
 // One [H, n, d] operand given as up to two parts along d (e.g. q_nope and q_rot, or the expanded key's nope part and
@@ -125,12 +131,7 @@ static void prefill_tile(const PrefillPart* qp, int nq, int64_t h, int64_t i0, i
     for (int r = 0; r < PR; ++r) {
       float* sr = s + r * PB;
       bool move = m[r] == NEG;
-      if (!move) {
-        const vf top = vf{} + (m[r] + RESCALE_GAP);
-        vi past = {};
-        for (int64_t j = 0; j < nk; j += VL) past |= loadv(sr + j) > top;
-        move = any_lane(past);
-      }
+      if (!move) move = any_above(sr, nk, m[r] + RESCALE_GAP);
       alpha[r] = 1.f;
       if (move) {
         vf mx = loadv(sr);
