@@ -258,3 +258,103 @@ def test_the_kernels_gumbel_argmax_is_the_samplers_torch_form():
     zk = z.gather(1, ids).masked_fill(torch.rand(R, K, generator=g) < 0.3, float("-inf"))
     want = (zk.double() + _gumbel(uniform_noise(seeds, steps, ids))).argmax(-1)
     assert torch.equal(mqa_kernel.load().gumbel_argmax(zk, seeds, steps, ids), want)
+
+
+def _masked_softmax_reference(q, k, v, scale):
+    """Causal attention in float64 with the whole mask at once, [H, n, dv]."""
+    n = q.shape[1]
+    s = torch.einsum("hqd,hkd->hqk", q.double(), k.double()) * scale
+    s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.einsum("hqk,hkd->hqd", torch.softmax(s, -1), v.double())
+
+
+def _qkv(n, seed, d=96, dv=32, H=4):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(H, n, d, generator=g), torch.randn(H, n, d, generator=g) * 2, torch.randn(H, n, dv, generator=g))
+
+
+needs_kernel = pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler / ninja here: the torch code runs")
+
+
+@needs_kernel
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 31, 32, 33, 64, 300])
+def test_prefill_kernel_equals_an_explicit_masked_softmax(n):
+    """The prefill kernel (prefill_kernel.cpp) at partial query tiles (8 rows) and key blocks (32 keys), against
+    float64; and mla.causal_attention really runs it (bit-equal to the direct call)."""
+    from qverify.serve.embedded.mla import causal_attention
+
+    q, k, v = _qkv(n, n)
+    got = mqa_kernel.causal_prefill(q, k, v, 0.1)
+    assert got is not None and got.shape == (n, 4, 32)
+    assert (got.transpose(0, 1).double() - _masked_softmax_reference(q, k, v, 0.1)).abs().max() < 1e-5
+    assert torch.equal(causal_attention(q, k, v, 0.1), got.transpose(0, 1))
+
+
+@needs_kernel
+def test_prefill_kernel_reads_strided_and_split_inputs():
+    """Views as MLALayer.prefill has them: heads-second projections transposed, the query and key each in two parts
+    along d (the key's second part a stride-0 expand over heads), v a slice of a wider row; equal to the
+    contiguous, concatenated inputs bit for bit, and to float64."""
+    n, H = 77, 4
+    g = torch.Generator().manual_seed(5)
+    qn, qr = torch.randn(n, H, 32, generator=g), torch.randn(n, H, 64, generator=g)
+    kv = torch.randn(n, H, 32 + 32, generator=g)
+    kr = torch.randn(n, 1, 64, generator=g)
+    q = torch.cat([qn, qr], -1).transpose(0, 1).contiguous()
+    k = torch.cat([kv[..., :32], kr.expand(n, H, 64)], -1).transpose(0, 1).contiguous()
+    v = kv[..., 32:].transpose(0, 1)  # [H, n, 32], row stride 64 * H
+    want = mqa_kernel.causal_prefill(q, k, v.contiguous(), 0.2)
+    got = mqa_kernel.causal_prefill(qn.transpose(0, 1), k[..., :32].transpose(1, 2).contiguous().transpose(1, 2), v, 0.2,
+                                    q2=qr.transpose(0, 1), k2=kr.transpose(0, 1).expand(H, n, 64))
+    assert torch.equal(got, want)
+    assert (got.transpose(0, 1).double() - _masked_softmax_reference(q, k, v, 0.2)).abs().max() < 1e-5
+
+
+@needs_kernel
+@pytest.mark.parametrize("n", [45, 300])
+def test_prefill_kernel_prefix_rows_do_not_depend_on_later_rows(n):
+    """Causality, bit for bit: the first m rows' outputs are what the first m rows alone give (later keys, however
+    large, never enter; a partial last tile or block computes its rows as a full one does)."""
+    q, k, v = _qkv(n, 11)
+    k[:, n // 2:] *= 1e3  # later keys that would dominate any row that saw them
+    full = mqa_kernel.causal_prefill(q, k, v, 0.1)
+    for m in (1, 8, 13, n // 2, n - 1):
+        assert torch.equal(mqa_kernel.causal_prefill(q[:, :m], k[:, :m], v[:, :m], 0.1), full[:m]), m
+
+
+@needs_kernel
+def test_prefill_kernel_gives_the_same_bits_on_two_threads():
+    q, k, v = _qkv(200, 3)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = mqa_kernel.causal_prefill(q, k, v, 0.1)
+        torch.set_num_threads(2)
+        two = mqa_kernel.causal_prefill(q, k, v, 0.1)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, two)
+
+
+def test_prefill_half_precision_is_computed_in_fp32():
+    """bf16 inputs: computed in fp32 (the kernel where built), the result cast back: equal to the fp32 result of the
+    same (bf16-rounded) inputs, cast."""
+    from qverify.serve.embedded.mla import causal_attention
+
+    q, k, v = (t.bfloat16() for t in _qkv(70, 2))
+    got = causal_attention(q, k, v, 0.1)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got, causal_attention(q.float(), k.float(), v.float(), 0.1).bfloat16())
+    assert (got.double() - _masked_softmax_reference(q, k, v, 0.1)).abs().max() < 2e-2
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 130])
+def test_prefill_falls_back_to_the_torch_code_without_the_kernel(monkeypatch, n):
+    """Without the kernel (no compiler, QVERIFY_MQA_KERNEL=0) the blocked torch code runs: at its 64-row block
+    boundaries against float64 (the test above, where the kernel is built, checks the kernel)."""
+    from qverify.serve.embedded.mla import causal_attention
+
+    monkeypatch.setitem(mqa_kernel._STATE, "ext", None)
+    q, k, v = _qkv(n, 4)
+    assert mqa_kernel.causal_prefill(q, k, v, 0.1) is None
+    assert (causal_attention(q, k, v, 0.1).double() - _masked_softmax_reference(q, k, v, 0.1)).abs().max() < 1e-5

@@ -22,7 +22,7 @@ import torch
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import rotate_half
 
 from qverify.serve.embedded.kv_fp8 import fp8_roundtrip
-from qverify.serve.embedded.mqa_kernel import attention_pieces, length_mask, rope_qk
+from qverify.serve.embedded.mqa_kernel import attention_pieces, causal_prefill, length_mask, rope_qk
 from qverify.serve.embedded.mqa_kernel import ready as kernel_ready
 
 
@@ -109,9 +109,15 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     GFLOP/s. Here each block of query rows is two batched GEMMs against the keys up to its last row (the masked
     upper triangle is only computed inside the diagonal block) with an exact softmax in between: 5-10% slower than
     padded SDPA below ~100 tokens, 1.2-1.4x faster from ~250 (single-thread microbenchmarks), within 1e-6 of it in fp32.
+    Where qverify's kernel is built (mqa_kernel.causal_prefill, prefill_kernel.cpp) it runs instead: one flash-style
+    pass, 1.6-1.8x faster single-threaded at 64-2,000 tokens (benchmarks/prefill_attention.py, shared box); the
+    torch code below is the fallback.
     Half-precision inputs are computed in fp32 (as the fused kernel accumulates) and the result cast back."""
     if q.dtype != torch.float32:
         return causal_attention(q.float(), k.float(), v.float(), scale).to(v.dtype)
+    out = causal_prefill(q, k, v, scale)  # [n, H, dv]
+    if out is not None:
+        return out.transpose(0, 1)
     H, n, _ = q.shape
     out = torch.empty(H, n, v.shape[-1])
     B, above = PREFILL_BLOCK, _ABOVE_DIAGONAL

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <vector>
 #include <c10/util/Float8_e4m3fn.h>
+#include <immintrin.h>
 
 // Lanes per vector: 16 where the build targets AVX-512 (mqa_kernel.py passes -mavx512f on such CPUs), else 8 (AVX2).
 #if defined(__AVX512F__)
@@ -79,10 +80,19 @@ static inline vf reduce_tile(const vf* a) {
 // -87.3 (masked scores, -inf) give exactly 0
 static inline vf expv(vf x) {
   const vi zero = x < -87.3f;  // all-ones lanes where the result is 0
-  vf xc = x;
-  for (int i = 0; i < VL; ++i) xc[i] = xc[i] < -87.3f ? -87.3f : (xc[i] > 88.3f ? 88.3f : xc[i]);
+  // clamp and floor as whole-vector operations (per-lane loops compiled to 16 scalar rounds each; the prefill
+  // kernel calls this once per 16 scores); the same values as the per-lane forms
+  const vf lo = vf{} + -87.3f, hi = vf{} + 88.3f;
+  const vf xc = x < lo ? lo : (x > hi ? hi : x);
   vf fx = xc * 1.44269504088896341f;
-  for (int i = 0; i < VL; ++i) fx[i] = __builtin_floorf(fx[i] + 0.5f);
+  // the product rounded on its own before + 0.5, as the per-lane form rounded it (no fused multiply-add here)
+#if defined(__AVX512F__)
+  asm("" : "+v"(fx));
+  fx = (vf)_mm512_roundscale_ps((__m512)(fx + 0.5f), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+#else
+  asm("" : "+x"(fx));
+  fx = (vf)_mm256_floor_ps((__m256)(fx + 0.5f));
+#endif
   vf r = xc - fx * 0.693359375f;
   r = r - fx * -2.12194440e-4f;
   vf p = 1.9875691500E-4f * r + 1.3981999507E-3f;

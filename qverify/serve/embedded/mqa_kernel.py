@@ -1,5 +1,8 @@
 """A fused CPU kernel for absorbed decode attention (MQA over the latent), built on first use; torch's fused flash
-kernel when it cannot be built.
+kernel when it cannot be built. The same build also holds the causal prefill-attention kernel (prefill_kernel.cpp,
+compiled in the same translation unit: it shares this kernel's lane width and exp; causal_prefill below, used by
+mla.causal_attention and ~1.6-1.8x faster than its torch code, benchmarks/prefill_attention.py) and the small
+one-pass kernels (rope, FP4 cast, FP8 roundtrip, Gumbel argmax).
 
 Why hand-written: in decode each cached latent row serves only the query rows of the sequences that read it (4
 heads on qverify-tiny, x3 for a prompt shared by 3 replicates). torch's CPU flash kernel and MKL's GEMMs run such
@@ -13,7 +16,8 @@ Each sequence is computed alone in a fixed order, so a sequence's result does no
 
 Built with torch.utils.cpp_extension (gcc, ninja) into torch's extension cache, once per machine: ~40 s on this box
 (ModelRunner builds it at construction, outside any timed step). No compiler, no AVX2/FMA, a build error, or
-QVERIFY_MQA_KERNEL=0: torch's flash kernel, with one warning.
+QVERIFY_MQA_KERNEL=0: torch's flash kernel (and mla.causal_attention's torch code for prefill), with one warning.
+QVERIFY_PREFILL_KERNEL=0 turns off only the prefill kernel (A/B runs).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import torch
 
 log = logging.getLogger(__name__)
 _SRC = Path(__file__).with_name("mqa_kernel.cpp")
+_PREFILL_SRC = Path(__file__).with_name("prefill_kernel.cpp")  # compiled after _SRC, in the same translation unit
 _STATE: dict = {}
 _FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
@@ -47,11 +52,16 @@ def load() -> object | None:
     try:
         from torch.utils.cpp_extension import load_inline
 
-        src = _SRC.read_text()
+        # one translation unit: the prefill kernel uses the decode kernel's lane width and exp (one build, one cache
+        # entry; the digest covers both sources)
+        src = _SRC.read_text() + "\n" + _PREFILL_SRC.read_text()
         digest = hashlib.sha256((src + torch.__version__ + " ".join(flags)).encode()).hexdigest()[:12]
         name = f"qverify_mqa_{digest}"  # a changed source, torch or instruction set is a new build
-        ext = load_inline(name, cpp_sources=[src], functions=["mqa_partial", "mqa_decode", "lanes", "value_columns", "rope_qk", "cast_to_fp4", "fp8_roundtrip", "gumbel_argmax"], extra_cflags=flags)
+        ext = load_inline(name, cpp_sources=[src], functions=["mqa_partial", "mqa_decode", "lanes", "value_columns", "rope_qk", "cast_to_fp4", "fp8_roundtrip", "gumbel_argmax", "causal_prefill"], extra_cflags=flags)
         _STATE["ext"], _STATE["lanes"], _STATE["cols"] = ext, int(ext.lanes()), int(ext.value_columns())
+        # QVERIFY_PREFILL_KERNEL=0: prefill attention runs mla.causal_attention's torch code (A/B runs), the rest
+        # of the kernel as usual
+        _STATE["prefill"] = os.environ.get("QVERIFY_PREFILL_KERNEL", "1") != "0"
     except Exception as e:  # noqa: BLE001 - no compiler / ninja / headers: the flash kernel still serves
         log.warning("mqa kernel not built (%s); decode attention uses torch's flash kernel", str(e).splitlines()[0])
     return _STATE["ext"]
@@ -102,3 +112,19 @@ def rope_qk(q: torch.Tensor, kv: torch.Tensor, cos: torch.Tensor, sin: torch.Ten
     if ext is None or not (q.dtype == kv.dtype == latent.dtype == cos.dtype == torch.float32):
         return None
     return ext.rope_qk(q, kv, cos, sin, dn, interleave, latent)
+
+
+def causal_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, q2: torch.Tensor | None = None,
+                   k2: torch.Tensor | None = None) -> torch.Tensor | None:
+    """softmax(q k^T * scale, causal) v in one kernel call (prefill_kernel.cpp), [n, H, dv]; None when the kernel
+    is not built, QVERIFY_PREFILL_KERNEL=0, an input is not fp32 or a shape is not supported (then:
+    mla.causal_attention's torch code). q, k [H, n, d], v [H, n, dv], any strides; q2, k2 (optional, [H, n, d2]):
+    further query / key values after q's and k's, so a query split in two (q_nope, q_rot) needs no cat."""
+    ext = load()
+    if (ext is None or not _STATE["prefill"] or q.dtype != torch.float32 or k.dtype != torch.float32
+            or v.dtype != torch.float32 or v.shape[-1] % _STATE["lanes"] or v.shape[-1] > 256
+            or q.shape[-1] + (0 if q2 is None else q2.shape[-1]) > 1024):
+        return None
+    if (q2 is not None and q2.dtype != torch.float32) or (k2 is not None and k2.dtype != torch.float32):
+        return None
+    return ext.causal_prefill(q, q2, k, k2, v, scale)
