@@ -1,9 +1,11 @@
 // Decode attention over the MLA latent for one thread: every query row of a sequence (its heads, its speculative
 // positions, the replicates sharing a prompt) reads the same latent rows. Built by mqa_kernel.py with
 // torch.utils.cpp_extension; see there for why it exists and what it returns.
-// Per sequence: blocks of BL latent rows; scores (2 rows x 4 queries per pass over the 576 values), online softmax
-// (exp on 8 lanes), then the values (4 queries x 16 columns held in registers over the block). Each sequence is
-// computed on its own, in a fixed order, so its result never depends on what else is in the batch.
+// Per sequence (a prompt's replicates stacked into one group of query rows): blocks of BL latent rows; scores in
+// tiles of 4 query rows x JT latent rows (reduce_tile sums the tile's VL dot products at once), an online softmax
+// whose max is rescaled lazily (RESCALE_GAP), then the values (4 rows x CV vectors held in registers over the
+// block). Each sequence is computed on its own, in a fixed order, so its result never depends on what else is in
+// the batch. After the attention: the small one-pass kernels (rope_qk, cast_to_fp4, fp8_roundtrip, gumbel_argmax).
 #include <torch/extension.h>
 #include <cmath>
 #include <limits>

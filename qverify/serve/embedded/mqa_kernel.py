@@ -1,14 +1,15 @@
-"""A fused CPU kernel for absorbed decode attention (MQA over the latent), built on first use; torch's fused flash
-kernel when it cannot be built. The same build also holds the causal prefill-attention kernel (prefill_kernel.cpp,
-compiled in the same translation unit: it shares this kernel's lane width and exp; causal_prefill below, used by
-mla.causal_attention and ~1.6-1.8x faster than its torch code, benchmarks/prefill_attention.py) and the small
-one-pass kernels (rope, FP4 cast, FP8 roundtrip, Gumbel argmax).
+"""qverify's CPU kernels for the embedded engine, built on first use as one extension (mqa_kernel.cpp and
+prefill_kernel.cpp in one translation unit: they share the lane width and the vectorised exp); torch code where
+they cannot be built. What each replaces, and what it is tested against: docs/serve.md, "qverify's CPU kernels".
+- mqa_decode / mqa_partial: absorbed decode attention (MQA over the latent), a whole layer in one call;
+- causal_prefill: a prompt's causal attention, flash-style (mla.causal_attention);
+- rope_qk, cast_to_fp4 (registered with compressed-tensors by ct_forward), fp8_roundtrip, gumbel_argmax: one-pass
+  forms of a few torch ops each, bit-equal to them.
 
 Why hand-written: in decode each cached latent row serves only the query rows of the sequences that read it (4
 heads on qverify-tiny, x3 for a prompt shared by 3 replicates). torch's CPU flash kernel and MKL's GEMMs run such
-4-row products at 20-30 GFLOP/s on this box (peak 95), so absorbed attention was ~60% of a full-batch decode step.
-This kernel computes the same softmax pieces (log-sum-exp and normalised output) in one pass over each sequence's
-rows, 1.3-1.9x faster for 4 query rows and on par for 12 (benchmarks/engine_throughput.py; docs/serve.md).
+4-row products at 20-30 GFLOP/s (GEMM peak ~95 on the AVX2 boxes), so absorbed attention was ~60% of a full-batch
+decode step. In prefill, V (32 wide) is narrower than Q/K (96), which torch's fused SDPA handles by padding V.
 
 Numerics: fp32 throughout, a different summation order than torch's kernel (differences ~1e-6, as between any two
 attention kernels; tests hold it to torch's within float tolerance, and the engine's outputs to HF's plain forward).
