@@ -42,7 +42,7 @@ class _Prompt:
     logp: torch.Tensor | None = None  # [P, V] log-softmax at every position, when echo was asked for
     echo_rows: dict[int, list] = field(default_factory=dict)  # top-k -> echo logprob rows, built once per prompt
     users: int = 0
-    serial: int = 0  # admission order: a stable order for the prompts' table (mla.PromptPlan)
+    serial: int = 0  # admission order: a stable order for the prompts' table (split_kv.PromptPlan)
 
 
 @dataclass

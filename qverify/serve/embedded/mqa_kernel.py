@@ -93,7 +93,7 @@ def attention_pieces(q: torch.Tensor, rows: torch.Tensor, lens: torch.Tensor | N
 
 def fused_decode(q: torch.Tensor, prompts: list[torch.Tensor], prompt_of: torch.Tensor, gen: torch.Tensor,
                  gen_lens: torch.Tensor, order: torch.Tensor, C: int) -> torch.Tensor | None:
-    """Decode attention in one call, or None when the kernel is not there (then: mla.decode_attention).
+    """Decode attention in one call, or None when the kernel is not there (then: split_kv.decode_attention).
     q [B, R, W]; sequence b attends to prompts[prompt_of[b]] ([P, W], a prompt's rows, shared by its
     replicates) and then to its own rows gen[b] ([G, W]; query row r sees the first gen_lens[b, r]) in one softmax.
     `order`: the sequences by prompt, so a prompt's rows are read while in cache. Returns [B, R, C]."""

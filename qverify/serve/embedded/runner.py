@@ -19,11 +19,12 @@ from dataclasses import dataclass
 import torch
 
 from qverify.serve.embedded.kv_fp8 import ScaleMode, kv_quant_enabled, latent_scale
-from qverify.serve.embedded.mla import MLALayer, PromptPlan, PromptTable, decode_attention, rope_tables
+from qverify.serve.embedded.mla import MLALayer, rope_tables
 from qverify.serve.embedded.moe import moe_forward, plain_fused_experts
 from qverify.serve.embedded.mqa_kernel import fused_decode
 from qverify.serve.embedded.mqa_kernel import load as load_attention_kernel
 from qverify.serve.embedded.mqa_kernel import ready as kernel_ready
+from qverify.serve.embedded.split_kv import PromptPlan, PromptTable, decode_attention
 
 
 @dataclass
@@ -149,7 +150,7 @@ class ModelRunner:
             q = mla.absorbed_query(p).view(B, n * H, self.width)
             f = self._plan[1]
             o = fused_decode(q, f.prompts[li], f.prompt_of, self.gen[li, :B, :G], seen, f.order, self.C)
-            if o is None:  # no kernel: split-KV over torch's kernels (mla.py)
+            if o is None:  # no kernel: split-KV over torch's kernels (split_kv.py)
                 if self._plan[2] is None:
                     self._plan = (*self._plan[:2], PromptPlan(groups, B, self.table))
                 o = decode_attention(q, self.gen[li, :B, :G], seen, self._plan[2], li, self.C)
