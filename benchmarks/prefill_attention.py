@@ -38,12 +38,11 @@ def main() -> None:
     peak = bench.gemm_flops_per_s([(256, 128, n) for n in (512, 384, 576, 4096)])
 
     def torch_code(q, k, v):
-        with_kernel = mqa_kernel._STATE["ext"]
-        mqa_kernel._STATE["ext"] = None  # causal_attention's fallback: what runs without the kernel
+        mqa_kernel._STATE["prefill"] = False  # what QVERIFY_PREFILL_KERNEL=0 sets: causal_attention's torch code
         try:
             return mla.causal_attention(q, k, v, 0.1)
         finally:
-            mqa_kernel._STATE["ext"] = with_kernel
+            mqa_kernel._STATE["prefill"] = True
 
     print(f"1 thread; lanes {mqa_kernel._STATE['lanes']}; load average {os.getloadavg()[0]:.2f}; "
           f"GEMM peak {peak / 1e9:.1f} GFLOP/s")

@@ -107,8 +107,8 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     upper triangle is only computed inside the diagonal block) with an exact softmax in between: 5-10% slower than
     padded SDPA below ~100 tokens, 1.2-1.4x faster from ~250 (single-thread microbenchmarks), within 1e-6 of it in fp32.
     Where qverify's kernel is built (mqa_kernel.causal_prefill, prefill_kernel.cpp) it runs instead: one flash-style
-    pass, 1.6-1.8x faster single-threaded at 64-2,000 tokens (benchmarks/prefill_attention.py, shared box); the
-    torch code below is the fallback.
+    pass, 1.6-2.4x faster single-threaded at 64-2,000 tokens (benchmarks/prefill_attention.py); the torch code
+    below is the fallback.
     Half-precision inputs are computed in fp32 (as the fused kernel accumulates) and the result cast back."""
     if q.dtype != torch.float32:
         return causal_attention(q.float(), k.float(), v.float(), scale).to(v.dtype)
