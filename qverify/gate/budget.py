@@ -102,6 +102,50 @@ class Look:
     fail_level: float | None = None  # the first FAIL step's nominal level (family of every gated metric)
     metrics: dict[str, dict[str, dict]] = field(default_factory=dict)  # candidate -> metric -> summary
     exhausted: list[str] = field(default_factory=list)  # suites whose finite source had no more items
+    refused: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # candidate -> suite -> why the gate
+    # refused that suite's runs at this look (no metric rows: errors over budget, runs not comparable)
+
+
+@dataclass
+class _State:
+    """What every look so far says, per candidate: each gated metric's latest result (frozen or not) and the
+    suites whose latest look refused them. The final verdict is built from this, never from the last look
+    alone: a suite that was not looked at again keeps its last word (issue 29's critical defect)."""
+    latest: dict[str, dict[str, MetricResult]]
+    frozen: dict[str, dict[str, MetricResult]]
+    refused: dict[str, dict[str, list[str]]]
+
+    @classmethod
+    def empty(cls, candidates: list[str]) -> _State:
+        return cls({c: {} for c in candidates}, {c: {} for c in candidates}, {c: {} for c in candidates})
+
+    def record(self, lk: Look) -> None:
+        for c, ms in lk.metrics.items():
+            for name, m in ms.items():
+                res = MetricResult.model_validate(m["result"])
+                self.latest[c][name] = res
+                if m["verdict"] != "INCONCLUSIVE":
+                    self.frozen[c].setdefault(name, res)
+        for c, suites in lk.refused.items():
+            self.refused[c].update(suites)
+        for c in self.refused:  # a suite with metric rows at this look is no longer refused
+            for s in {name.split("/", 1)[0] for name in lk.metrics.get(c, {})}:
+                self.refused[c].pop(s, None)
+
+    def failed(self, c: str) -> bool:
+        return any(m.verdict == "FAIL" for m in self.frozen[c].values())
+
+    def undecided(self, suite: str) -> bool:
+        """Some candidate that has not FAILed has a gated metric of the suite not frozen, or the suite refused
+        (a FAILed build is decided: more items could only refine its other metrics, never its verdict)."""
+        for c in self.latest:
+            if self.failed(c):
+                continue
+            if suite in self.refused[c]:
+                return True
+            if any(name.startswith(f"{suite}/") and name not in self.frozen[c] for name in self.latest[c]):
+                return True
+        return False
 
 
 def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, evaluate: EvalFn,
@@ -118,12 +162,9 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
     seq_id = "seq-" + content_hash({"baseline": baseline, "candidates": candidates, "plan": key}, 12)
     state_path = root / seq_id / "sequence.json"
     looks = _load(state_path)
-    frozen: dict[str, dict[str, MetricResult]] = {c: {} for c in candidates}
+    state = _State.empty(candidates)
     for lk in looks:
-        for c, ms in lk.metrics.items():
-            for name, m in ms.items():
-                if m["verdict"] != "INCONCLUSIVE" and name not in frozen[c]:
-                    frozen[c][name] = MetricResult.model_validate(m["result"])
+        state.record(lk)
     exhausted: set[str] = set(looks[-1].exhausted) if looks else set()
     levels = plan.levels()
     # the FAIL family of each candidate: its gated metrics at look 1, when every suite is open
@@ -131,7 +172,7 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
     report = None
     spent_s = looks[-1].seconds if looks else 0.0
     for j in range(len(looks) + 1, plan.looks + 1):
-        open_suites = [s for s in plan.suites if s not in exhausted and _undecided(s, frozen, report)]
+        open_suites = [s for s in plan.suites if s not in exhausted and (not looks or state.undecided(s))]
         if looks and not open_suites:
             break
         want = {s: plan.items_at(s, j) for s in open_suites}
@@ -153,18 +194,25 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
         for c in report.candidates:
             lk.metrics[c.build_id] = {}
             for m in c.metrics:
-                if m.metric in frozen[c.build_id] or not m.gated:  # informational metrics decide nothing
+                if m.metric in state.frozen[c.build_id] or not m.gated:  # informational metrics decide nothing
                     continue
                 lk.metrics[c.build_id][m.metric] = {"verdict": m.verdict, "delta": m.delta, "lo": m.ci_low,
                                                     "hi": m.ci_high, "n": m.n_items, "result": m.model_dump(mode="json")}
-                if m.verdict != "INCONCLUSIVE":
-                    frozen[c.build_id][m.metric] = m
+            rows = {m.metric.split("/", 1)[0] for m in c.metrics if m.gated}
+            lk.refused[c.build_id] = {s: _problems_of(s, c.integrity) for s in open_suites if s not in rows}
         lk.exhausted = sorted(exhausted)
         looks.append(lk)
+        state.record(lk)
         _save(state_path, looks)
         if plan.budget_requests is not None and lk.requests >= plan.budget_requests:
             break
-    return _final(report, frozen, looks, plan, seq_id), looks
+    return _final(report, state, looks, plan, seq_id), looks
+
+
+def _problems_of(suite: str, integrity: list[str]) -> list[str]:
+    """The refusals that name the suite; a build-level refusal (naming no suite) refuses every suite."""
+    named = [p for p in integrity if f"suite {suite}" in p]
+    return named or list(integrity) or [f"suite {suite}: no gated metric could be measured"]
 
 
 def _next_round_s(looks: list[Look], want: dict[str, int]) -> float:
@@ -177,40 +225,37 @@ def _next_round_s(looks: list[Look], want: dict[str, int]) -> float:
     return (last.seconds - (before.seconds if before else 0.0)) * new / max(done, 1)
 
 
-def _undecided(suite: str, frozen: dict[str, dict[str, MetricResult]], report: GateReport | None) -> bool:
-    """Some candidate that has not FAILed has an undecided gated metric in the suite (a FAILed build is decided:
-    more items could only refine its other metrics, never change its verdict)."""
-    if report is None:
-        return True
-    for c in report.candidates:
-        if any(m.verdict == "FAIL" for m in frozen[c.build_id].values()):
-            continue
-        for m in c.metrics:
-            if m.metric.startswith(f"{suite}/") and m.gated and m.metric not in frozen[c.build_id]:
-                return True
-    return False
-
-
-def _final(last: GateReport | None, frozen: dict[str, dict[str, MetricResult]], looks: list[Look], plan: Plan,
-           seq_id: str) -> GateReport:
+def _final(last: GateReport | None, state: _State, looks: list[Look], plan: Plan, seq_id: str) -> GateReport:
+    """Each candidate's verdict over every gated metric any look measured (frozen verdicts, else the latest
+    result) and every suite whose latest look refused it: PASS only when all of them PASSed and none was
+    refused; the reasons say how many of the declared gated metrics were decided."""
     if last is None:
         raise BadInput("the sequence has no look to report", fix="rerun with a larger --budget")
     cands = []
     for c in last.candidates:
-        ms = {m.metric: m for m in c.metrics}
-        ms.update(frozen[c.build_id])
+        ms = {m.metric: m for m in c.metrics if not m.gated}  # informational rows: the last look's
+        ms.update(state.latest[c.build_id])
+        ms.update(state.frozen[c.build_id])
         metrics = sorted(ms.values(), key=lambda m: m.metric)
         gated = [m for m in metrics if m.gated]
+        refused = state.refused[c.build_id]
+        integrity = sorted({p for ps in refused.values() for p in ps})
+        declared = len(gated) + len([s for s in refused if not any(m.metric.startswith(f"{s}/") for m in gated)])
+        decided = sum(m.verdict != "INCONCLUSIVE" and m.metric.split("/", 1)[0] not in refused for m in gated)
+        tally = f"{decided} of {declared} declared gated metrics decided"
         if any(m.verdict == "FAIL" for m in gated):
             verdict = "FAIL"
-        elif gated and all(m.verdict == "PASS" for m in gated) and not c.integrity:
+            reasons = [f"{m.metric}: {m.reason}" for m in gated if m.verdict == "FAIL"]
+        elif gated and all(m.verdict == "PASS" for m in gated) and not refused:
             verdict = "PASS"
+            reasons = [f"all {len(gated)} of {declared} declared gated metrics decided, within their tolerances"]
         else:
             verdict = "INCONCLUSIVE"
-        reasons = [f"{m.metric}: {m.reason}" for m in gated if m.verdict == verdict] if verdict != "PASS" else \
-            [f"all {len(gated)} gated metrics are within their tolerances"]
+            reasons = [f"{m.metric}: {m.reason}" for m in gated if m.verdict == "INCONCLUSIVE"]
+            reasons += [f"{s}: refused ({'; '.join(ps)})" for s, ps in sorted(refused.items())]
+            reasons.append(tally)
         cands.append(CandidateReport(build_id=c.build_id, recipe=c.recipe, verdict=verdict, reasons=reasons,
-                                     metrics=metrics, perf=c.perf, integrity=c.integrity, seed_salts=c.seed_salts,
+                                     metrics=metrics, perf=c.perf, integrity=integrity, seed_salts=c.seed_salts,
                                      compared_with=c.compared_with))
     order = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
     verdict = max((c.verdict for c in cands), key=order.__getitem__, default="INCONCLUSIVE")

@@ -150,5 +150,7 @@ def build_verdict(ds: list[Decision], refused: list[str]) -> tuple[Verdict, list
     open_ = [d for d in gated if d.verdict != "PASS"]
     if open_ or refused or not gated:
         why = [f"{d.evidence.name}: {d.reason}" for d in open_] + list(refused)
-        return "INCONCLUSIVE", why or ["no gated metric was measured"]
-    return "PASS", [f"all {len(gated)} gated metrics are within their tolerances"]
+        decided = len(gated) - len(open_)
+        return "INCONCLUSIVE", why + [f"{decided} of {len(gated)} measured gated metrics decided"
+                                      + (" (refused suites' metrics not measured)" if refused else "")]
+    return "PASS", [f"all {len(gated)} of {len(gated)} declared gated metrics decided, within their tolerances"]

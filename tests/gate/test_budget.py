@@ -14,6 +14,7 @@ import pytest
 from qverify.config import QVerifyConfig
 from qverify.errors import BadInput
 from qverify.gate import run_gate
+from qverify.gate.gate import exit_code
 from tests import synth
 from qverify.gate.budget import make_plan, parse_budget, run_sequence
 from qverify.workdir import Workdir
@@ -31,7 +32,7 @@ class Rounds:
     """evaluate(build, {suite: n}): runs now hold the first n items (a finite source may have fewer)."""
 
     def __init__(self, wd: Path, probs: dict[str, dict[str, np.ndarray]], available: dict[str, int] | None = None,
-                 unseeded: tuple[str, ...] = ()):
+                 unseeded: tuple[str, ...] = (), errors: dict[tuple[str, str], float] | None = None):
         self.wd, self.calls = wd, []
         rng = np.random.default_rng(5)
         u = {s: rng.random((NMAX, K)) for s in next(iter(probs.values()))}  # shared seeds: same uniforms
@@ -39,6 +40,8 @@ class Rounds:
         self.data = {b: {s: ((rng.random((NMAX, K)) if s in unseeded else u[s]) < p[:, None]).astype(float)
                          for s, p in ps.items()} for b, ps in probs.items()}
         self.available = available or {}
+        # (build, suite) -> share of its requests that end in an infrastructure error
+        self.errors = {key: rng.random((NMAX, K)) < rate for key, rate in (errors or {}).items()}
         for b in probs:
             synth.write_build(wd / "builds", b, b)
 
@@ -51,7 +54,9 @@ class Rounds:
         for s, n in want.items():
             n = min(n, self.available.get(s, NMAX))
             x = self.data[build][s][:n]
-            synth.write_run(self.wd / "runs", build, s, synth.results(s, synth.item_ids(s, n), {_key(s): x}))
+            err = self.errors.get((build, s))
+            res = synth.results(s, synth.item_ids(s, n), {_key(s): x}, errors=None if err is None else err[:n])
+            synth.write_run(self.wd / "runs", build, s, res)
             out[s] = n
         return out
 
@@ -183,3 +188,57 @@ def test_a_time_budget_runs_the_rounds_that_fit_at_the_last_rounds_pace(tmp_path
                               _gate(tmp_path, "base", "same"), clock=lambda: now[0])
     assert [lk.items for lk in looks] == [{"coding": 300, "longctx": 300}, {"longctx": 600}, {"longctx": 900}]
     assert [round(lk.seconds) for lk in looks] == [60, 90, 120]
+
+
+def _noisy_longctx_keeps_the_sequence_going():
+    return np.full(NMAX, 0.5)  # unseeded coin flips on identical builds: undecided for several looks
+
+
+def test_a_suite_refused_at_a_look_keeps_the_build_from_passing(tmp_path):
+    """Issue 29: the candidate gets every coding item wrong, and 22% of its coding requests error, so the gate
+    refuses coding (over the 2% error budget) and it has no metric rows; longctx needs more looks. The old
+    sequence counted coding as decided, never looked at it again, and ended PASS."""
+    rng = np.random.default_rng(11)
+    pc, pl = _outcomes(rng, NMAX), _noisy_longctx_keeps_the_sequence_going()
+    probs = {"base": {"coding": pc, "longctx": pl}, "bad": {"coding": np.zeros(NMAX), "longctx": pl}}
+    ev = Rounds(tmp_path, probs, unseeded=("longctx",), errors={("bad", "coding"): 0.22})
+    plan = make_plan(["coding", "longctx"], {"coding": 200, "longctx": 200}, K, 2, 0.05, "12000")
+    rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["bad"], plan, ev, _gate(tmp_path, "base", "bad"))
+    c = rep.candidates[0]
+    assert len(looks) > 1 and rep.verdict == "INCONCLUSIVE" and c.verdict == "INCONCLUSIVE"
+    assert any("coding" in p and "infrastructure errors" in p for p in c.integrity)
+    assert any(r.startswith("coding: refused") for r in c.reasons)
+    assert all("coding" in lk.items for lk in looks)  # a refused suite stays open: it is looked at every round
+    assert exit_code(rep) != 0
+
+
+def test_an_exhausted_suite_keeps_its_undecided_metric_in_the_verdict(tmp_path):
+    """Issue 29: a 150-item coding source runs out while coding/pass@1 is INCONCLUSIVE (the candidate loses
+    about 6.7 points); longctx goes on. The old final report was the last look plus frozen verdicts, so
+    coding/pass@1 vanished and the build PASSed."""
+    rng = np.random.default_rng(12)
+    pc, pl = np.full(NMAX, 0.6), _noisy_longctx_keeps_the_sequence_going()
+    worse = pc.copy()
+    worse[rng.random(NMAX) < 0.067 / 0.6] = 0.0
+    probs = {"base": {"coding": pc, "longctx": pl}, "worse": {"coding": worse, "longctx": pl}}
+    ev = Rounds(tmp_path, probs, available={"coding": 150}, unseeded=("coding", "longctx"))
+    plan = make_plan(["coding", "longctx"], {"coding": 100, "longctx": 50}, K, 2, 0.05, "12000")
+    rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["worse"], plan, ev,
+                              _gate(tmp_path, "base", "worse"))
+    c = rep.candidates[0]
+    verdicts = {m.metric: m.verdict for m in c.metrics if m.gated}
+    assert "coding" in looks[-1].exhausted and "coding" not in looks[-1].items
+    assert verdicts["coding/pass@1"] == "INCONCLUSIVE" and c.verdict == "INCONCLUSIVE"
+    assert any(r.startswith("coding/pass@1:") for r in c.reasons)
+    n = len(verdicts)
+    assert f"{sum(v != 'INCONCLUSIVE' for v in verdicts.values())} of {n} declared gated metrics decided" in c.reasons
+
+
+def test_a_pass_says_every_declared_metric_was_decided(tmp_path):
+    rng = np.random.default_rng(2)
+    pc = _outcomes(rng, NMAX)
+    ev = Rounds(tmp_path, {"base": {"coding": pc}, "same": {"coding": pc}})
+    plan = make_plan(["coding"], {"coding": 300}, K, 2, 0.05, "30000")
+    rep, _ = run_sequence(Workdir.at(tmp_path).gates, "base", ["same"], plan, ev, _gate(tmp_path, "base", "same"))
+    assert rep.verdict == "PASS" and rep.candidates[0].reasons == [
+        "all 1 of 1 declared gated metrics decided, within their tolerances"]
