@@ -1,4 +1,4 @@
-"""Regenerates the gate's worked example (README "Worked example", docs/gate.md): synthetic coding runs
+"""Regenerates the gate's worked example (docs/gate.md, "Worked example"): synthetic coding runs
 written through the real RunStore and gated by the real run_gate. Prints the markdown table.
 
     python scripts/gate_worked_example.py

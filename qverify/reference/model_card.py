@@ -235,4 +235,12 @@ Greedy, bf16 weights, straight on the model (`qverify.reference.evaluate`, {t.ge
 
 ## Quantization sensitivity
 {sensitivity_table(qs)}
+
+## Reproducing
+- `python scripts/train_reference_model.py` trains the target and the drafter, then renders this card. It is
+  resumable; `--init-from DIR` warm-starts, `--stop-at HH:MM` (UTC) is a time budget, `--smoke` runs a few steps.
+- `python scripts/train_drafter.py` (resumable) re-distils the drafter against the committed target, whose weights
+  it checks byte for byte.
+- `python scripts/quant_sensitivity.py --run --write-card` re-measures "Scores on the test split" and
+  "Quantization sensitivity" and renders this card again.
 """

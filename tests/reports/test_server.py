@@ -2,7 +2,7 @@
 
 The server runs on a sqlite backend with --artifacts-destination, so artifacts go through
 mlflow-artifacts:/ exactly as on a team server. About 11 s and 0.5 GB on an idle machine.
-The screenshot is kept for the README (docs/img/mlflow_gate_run.png).
+The screenshot is kept for docs/reports.md (docs/img/mlflow_gate_run.png).
 """
 
 from __future__ import annotations

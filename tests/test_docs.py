@@ -1,0 +1,122 @@
+"""The README is a newcomer's page and every other text has one home under docs/ (issue 30).
+
+- README.md is at most 300 lines.
+- No paragraph of the README is repeated in docs/*.md. A paragraph is a blank-line-separated block
+  whose text, with whitespace runs collapsed to one space, is at least 120 characters long. Fenced
+  code blocks are left out on both sides (a usage line or a TOML example may fairly appear twice);
+  tables count, as one paragraph each. "Repeated" means the README paragraph occurs verbatim
+  (after the same normalization) anywhere in a doc, so a paragraph copied into a longer one is caught.
+- Every docs/*.md is linked from the README.
+- Every relative link in README.md and docs/*.md points to a file that exists, and a `#fragment`
+  on a link to a markdown file names one of that file's headings (GitHub's anchor rule).
+- The README's test command is the one CI runs (.ci/run runs scripts/test.sh).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+MIN_PARAGRAPH = 120
+
+_LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def _without_fences(text: str) -> list[str]:
+    """The lines outside fenced code blocks; a fenced block becomes one blank line."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+            out.append("")
+            continue
+        if not fenced:
+            out.append(line)
+    return out
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def paragraphs(text: str) -> list[str]:
+    """Blank-line-separated blocks outside code fences, whitespace-normalized, of ≥ MIN_PARAGRAPH characters."""
+    blocks = re.split(r"\n\s*\n", "\n".join(_without_fences(text)))
+    return [p for p in map(_norm, blocks) if len(p) >= MIN_PARAGRAPH]
+
+
+def links(text: str) -> list[str]:
+    prose = re.sub(r"`[^`\n]*`", "", "\n".join(_without_fences(text)))  # a link shown as inline code is not a link
+    return _LINK.findall(prose)
+
+
+def anchor(heading: str) -> str:
+    """GitHub's heading anchor: markup dropped, lowercased, punctuation removed, spaces to hyphens."""
+    text = re.sub(r"[`*_]|\[|\]\([^)]*\)", "", heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for line in _without_fences(path.read_text()):
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not m:
+            continue
+        a = anchor(m.group(1))
+        n = seen.get(a, 0)
+        seen[a] = n + 1
+        out.add(a if n == 0 else f"{a}-{n}")
+    return out
+
+
+def test_paragraph_rule_sees_text_not_code():
+    text = "a " * 70 + "\n\n```\n" + "b " * 70 + "\n```\n\nshort\n\n| t | " + "c " * 70 + "|\n|---|---|\n"
+    ps = paragraphs(text)
+    assert len(ps) == 2 and ps[0].startswith("a a") and ps[1].startswith("| t |")
+    assert links("[x](a.md) ![y](img/b.png#z) `[no](code)`\n```\n[no](fenced.md)\n```") == ["a.md", "img/b.png#z"]
+    assert anchor("Readiness, server info and per-request stats") == "readiness-server-info-and-per-request-stats"
+    assert anchor("Sequential gate: `--budget`") == "sequential-gate---budget"
+
+
+def test_readme_is_at_most_300_lines():
+    n = len(README.read_text().splitlines())
+    assert n <= 300, f"README.md has {n} lines; move detail to docs/ and link it"
+
+
+def test_no_readme_paragraph_is_repeated_in_docs():
+    docs = {p.name: _norm("\n".join(_without_fences(p.read_text()))) for p in DOCS}
+    repeated = [(para[:80], name) for para in paragraphs(README.read_text()) for name, doc in docs.items() if para in doc]
+    assert not repeated, f"README paragraphs that docs/ already holds (keep one copy, link it): {repeated}"
+
+
+def test_every_doc_is_linked_from_the_readme():
+    linked = {(ROOT / t.split("#")[0]).resolve() for t in links(README.read_text()) if not re.match(r"\w+:", t)}
+    missing = [p.name for p in DOCS if p.resolve() not in linked]
+    assert not missing, f"docs not linked from README.md: {missing}"
+
+
+@pytest.mark.parametrize("doc", [README, *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(doc: Path):
+    broken = []
+    for target in links(doc.read_text()):
+        if re.match(r"[a-zA-Z][\w+.-]*:", target):  # http:, https:, mailto:
+            continue
+        path, _, frag = target.partition("#")
+        dest = (doc.parent / path).resolve() if path else doc
+        if not dest.exists():
+            broken.append(target)
+        elif frag and dest.suffix == ".md" and frag not in anchors(dest):
+            broken.append(target)
+    assert not broken, f"{doc.relative_to(ROOT)}: links to no file or no heading: {broken}"
+
+
+def test_readme_test_command_is_what_ci_runs():
+    assert "bash scripts/test.sh" in README.read_text()
+    assert "scripts/test.sh" in (ROOT / ".ci/run").read_text()
