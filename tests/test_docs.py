@@ -7,7 +7,7 @@
   tables count, as one paragraph each. "Repeated" means the README paragraph occurs verbatim
   (after the same normalization) anywhere in a doc, so a paragraph copied into a longer one is caught.
 - Every docs/*.md is linked from the README.
-- Every relative link in README.md and docs/*.md points to a file that exists, and a `#fragment`
+- Every relative link in README.md, docs/*.md and benchmarks/README.md points to a file that exists, and a `#fragment`
   on a link to a markdown file names one of that file's headings (GitHub's anchor rule).
 - The README's test command is the one CI runs (.ci/run runs scripts/test.sh).
 """
@@ -58,7 +58,7 @@ def links(text: str) -> list[str]:
 
 def anchor(heading: str) -> str:
     """GitHub's heading anchor: markup dropped, lowercased, punctuation removed, spaces to hyphens."""
-    text = re.sub(r"[`*_]|\[|\]\([^)]*\)", "", heading.strip()).lower()
+    text = re.sub(r"[`*]|\[|\]\([^)]*\)", "", heading.strip()).lower()
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
@@ -83,6 +83,7 @@ def test_paragraph_rule_sees_text_not_code():
     assert links("[x](a.md) ![y](img/b.png#z) `[no](code)`\n```\n[no](fenced.md)\n```") == ["a.md", "img/b.png#z"]
     assert anchor("Readiness, server info and per-request stats") == "readiness-server-info-and-per-request-stats"
     assert anchor("Sequential gate: `--budget`") == "sequential-gate---budget"
+    assert anchor("Gate efficiency (benchmarks/gate_efficiency.py)") == "gate-efficiency-benchmarksgate_efficiencypy"
 
 
 def test_readme_is_at_most_300_lines():
@@ -102,7 +103,7 @@ def test_every_doc_is_linked_from_the_readme():
     assert not missing, f"docs not linked from README.md: {missing}"
 
 
-@pytest.mark.parametrize("doc", [README, *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("doc", [README, *DOCS, ROOT / "benchmarks/README.md"], ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(doc: Path):
     broken = []
     for target in links(doc.read_text()):
