@@ -7,6 +7,7 @@ instead of a hang (concurrency 0) or a silent default (limit 0) deep inside a ru
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -14,6 +15,21 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from qverify.errors import BadInput, read_input_text
+
+
+def parse_budget(text: str) -> tuple[int | None, float | None]:
+    """`--budget` and qverify.toml's `budget`: '4000' -> (4000 requests, None); '10m' / '90s' / '1h' ->
+    (None, seconds); nothing, or 0, is BadInput. Here, not in qverify.gate.budget: the config checks it, and
+    the config sits below the gate."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not m:
+        raise BadInput(f"--budget {text!r} is neither a request count nor a time", fix="pass e.g. --budget 10m or --budget 4000")
+    value, unit = float(m.group(1)), m.group(2)
+    if (value if unit else int(value)) <= 0:
+        raise BadInput(f"--budget must be above 0 (got {text})", fix="pass e.g. --budget 10m or --budget 4000")
+    if not unit:
+        return int(value), None
+    return None, value * {"s": 1, "m": 60, "h": 3600}[unit]
 
 
 class _Strict(BaseModel):
@@ -75,8 +91,6 @@ class QVerifyConfig(_Strict):
     @field_validator("budget")
     @classmethod
     def _budget_parses(cls, v: str | None) -> str | None:
-        from qverify.gate.budget import parse_budget
-
         if v is not None:
             try:
                 parse_budget(v)  # the flag's own check: a time or a request count above 0

@@ -210,7 +210,8 @@ def suites_for_recipes(suites: list[str], recipes: list[str]) -> list[str]:
 def ensure_twins(workdir: Workdir, baseline: str, candidates: list[str], say: Callable[[str], None] | None = None) -> list[str]:
     """Compose (or reuse) greedy/match's reference for each candidate that changes target and drafter together:
     its target with the baseline's drafter (qverify/quantize/twin.py; the gate finds it by content)."""
-    from qverify.quantize.twin import compose_twin, reference_kind
+    from qverify.greedy_reference import reference_kind
+    from qverify.quantize.twin import compose_twin
 
     base = workdir.build_manifest(baseline)
     twins = []

@@ -81,7 +81,7 @@ def test_gate_recipe_and_its_rounds_compose_the_twin_and_evaluate_it_on_greedy_a
     from qverify.config import QVerifyConfig
     from qverify.evals.store import RunStore
     from qverify.gate import run_gate
-    from qverify.gate.rounds import gate_in_rounds
+    from qverify.rounds import gate_in_rounds
     from qverify.pipeline import ensure_runs
     from qverify.workdir import Workdir
 

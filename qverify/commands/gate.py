@@ -17,7 +17,7 @@ from qverify.commands._common import SEED_SALT_HELP, ConfigOpt, SeedSalt, state
 def _check_budget(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
     """--budget is read before anything is built or evaluated: a typo never costs a build."""
     if value is not None and not ctx.resilient_parsing:
-        from qverify.gate.budget import parse_budget
+        from qverify.config import parse_budget
 
         parse_budget(value)
     return value
@@ -72,7 +72,7 @@ def gate_cmd(
                                             out=s.out, evaluate=budget is None)
     looks = None
     if budget is not None:
-        from qverify.gate.rounds import gate_in_rounds
+        from qverify.rounds import gate_in_rounds
 
         with s.out.stdout_is_data():
             report, looks, _ = gate_in_rounds(s.workdir, cfg, base_id, cand_ids, names or list(cfg.suites), budget,

@@ -6,7 +6,7 @@ bounds      one-sided bounds: skew-corrected t + exact Clopper-Pearson on discor
 rule        PASS (non-inferiority, intersection-union) / FAIL (Holm) / INCONCLUSIVE, refusals (pure)
 boundaries  group-sequential levels of planned looks: alpha spending on the looks' joint law (pure)
 sequential  confidence sequences for open-ended looks, look sizes (pure)
-budget      `--budget`: rounds, looks, resume (sequence.json); rounds wires it to the runner
+budget      `--budget`: rounds, looks, resume (sequence.json); qverify/rounds.py wires it to the runner
 pairwise    flips, McNemar, K2VV trigger-F1 floor, KL matrices, output signatures (pure)
 integrity   refusals: incomplete runs, mismatched items/versions/sampling, build ids
 loader / assemble   runs -> per-metric paired evidence

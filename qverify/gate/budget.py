@@ -24,31 +24,18 @@ stopped.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from qverify.config import parse_budget
 from qverify.errors import BadInput
 from qverify.gate.boundaries import SPEND_GAMMA, LookLevels, nominal_levels
 from qverify.models import CandidateReport, GateReport, MetricResult, content_hash
 
 MAX_LOOKS = 8
 EvalFn = Callable[[list[str], dict[str, int]], list[dict[str, int]]]  # (build ids, {suite: items}) -> per build, items its runs now have
-
-
-def parse_budget(text: str) -> tuple[int | None, float | None]:
-    """'4000' -> (4000 requests, None); '10m' / '90s' / '1h' -> (None, seconds); nothing, or 0, is BadInput."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
-    if not m:
-        raise BadInput(f"--budget {text!r} is neither a request count nor a time", fix="pass e.g. --budget 10m or --budget 4000")
-    value, unit = float(m.group(1)), m.group(2)
-    if (value if unit else int(value)) <= 0:
-        raise BadInput(f"--budget must be above 0 (got {text})", fix="pass e.g. --budget 10m or --budget 4000")
-    if not unit:
-        return int(value), None
-    return None, value * {"s": 1, "m": 60, "h": 3600}[unit]
 
 
 @dataclass

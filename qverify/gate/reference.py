@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from qverify.gate.integrity import build_problems, pair_problems, run_problems
 from qverify.gate.loader import RunData, load
-from qverify.quantize.twin import reference_kind
+from qverify.greedy_reference import reference_kind
 from qverify.workdir import Workdir
 
 SUITE = "greedy"

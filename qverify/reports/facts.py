@@ -10,7 +10,7 @@ from typing import Any
 
 from qverify.models import BuildManifest
 from qverify.reports.bundle import GateBundle, perf_value
-from qverify.reports.rows import fmt_bytes
+from qverify.reports.formatting import fmt_bytes
 
 GIB = 2**30
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from qverify.models import MetricResult
 from qverify.reports.bundle import GateBundle, metric_name, suite_of
 from qverify.reports.facts import BuildFacts
-from qverify.reports.rows import is_rate
+from qverify.reports.formatting import is_rate
 
 VERDICT_COLOR = {"PASS": "#1a7f37", "FAIL": "#cf222e", "INCONCLUSIVE": "#bf8700"}
 BASE_COLOR = "#57606a"

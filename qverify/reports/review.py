@@ -10,7 +10,7 @@ from qverify.models import CandidateReport
 from qverify.reports.bundle import GateBundle
 from qverify.reports.facts import BuildFacts, build_facts, recipe_changes
 from qverify.reports.flips import Flip, flipped
-from qverify.reports.rows import fmt_delta
+from qverify.reports.formatting import fmt_delta
 
 VERDICT_WORD = {"PASS": "passes", "FAIL": "fails", "INCONCLUSIVE": "is inconclusive"}
 

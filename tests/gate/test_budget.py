@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qverify.config import QVerifyConfig
+from qverify.config import QVerifyConfig, parse_budget
 from qverify.errors import BadInput
 from qverify.gate import run_gate
+from qverify.gate.budget import make_plan, run_sequence
 from qverify.gate.gate import exit_code
-from tests import synth
-from qverify.gate.budget import make_plan, parse_budget, run_sequence
 from qverify.workdir import Workdir
+from tests import synth
 
 NMAX, K = 2000, 3
 

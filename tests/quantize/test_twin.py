@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from qverify.greedy_reference import reference_kind
 from qverify.quantize.loader import verify_build
 from qverify.quantize.recipe import parse_recipe
-from qverify.quantize.twin import compose_twin, reference_kind
+from qverify.quantize.twin import compose_twin
 
 
 def _files(root: Path, drafter: bool) -> dict[str, bytes]:

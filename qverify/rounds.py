@@ -1,4 +1,7 @@
-"""The budgeted gate wired to the real runner: each round evaluates more items, then gates (qverify.gate.budget)."""
+"""The budgeted gate wired to the real runner: each round evaluates more items, then gates (qverify.gate.budget).
+
+Orchestration, so it lives in the pipeline layer beside pipeline.ensure_runs: qverify.gate stays statistics
+and the verdict, and imports no runner, server or quantizer (tests/test_structure.py)."""
 
 from __future__ import annotations
 
