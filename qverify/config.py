@@ -82,6 +82,8 @@ class QVerifyConfig(_Strict):
     noise_k: float | None = Field(None, ge=0, description="margin = max(tolerance, noise_k x the baseline's run-to-run "
                                                            "SD of one run's mean); off by default (docs/gate.md)")
     thresholds: dict[str, MetricRule] = Field(default_factory=dict, description="per metric, e.g. 'coding/pass@1'")
+    suite_options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="keyword options per suite, "
+                                                     "e.g. [suite_options.\"lmeval:my_task\"] include_path = \"tasks/\"")
     serving: ServingConfig = Field(default_factory=ServingConfig)
     client: ClientConfig = Field(default_factory=ClientConfig)
     allow_unsandboxed: bool = Field(False, description="let the coding suite run model code without bwrap (marked)")

@@ -52,7 +52,7 @@ class EvalSpec:
                    concurrency=cfg.serving.concurrency, error_budget=cfg.error_budget, limit=cfg.limit,
                    port=cfg.serving.port, connect_timeout_s=cfg.client.connect_timeout_s,
                    read_timeout_s=cfg.client.read_timeout_s, item_timeout_s=cfg.client.item_timeout_s,
-                   allow_unsandboxed=cfg.allow_unsandboxed, seed_salt=cfg.seed_salt)
+                   allow_unsandboxed=cfg.allow_unsandboxed, seed_salt=cfg.seed_salt, suite_options=dict(cfg.suite_options))
         return spec.override(**overrides)
 
     def override(self, **overrides: Any) -> EvalSpec:
@@ -65,7 +65,8 @@ class EvalSpec:
 
 def serving_profile(sv: ServingConfig, backend: str | None = None, profile: str | None = None,
                     endpoint: str | None = None, api_key_env: str | None = None) -> ServingProfile:
-    """The serving profile from qverify.toml's [serving], flags overriding it.
+    """The serving profile from qverify.toml's [serving], flags overriding it: the one resolution that
+    `qverify eval`, `gate --recipe` (ensure_runs) and `gate --budget` (qverify.rounds) all use.
 
     The config's backend counts only when the file sets it: `--endpoint URL` alone still means
     the endpoint backend, as without a config.
@@ -235,7 +236,6 @@ def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates:
     is missing runs.
     """
     from qverify.quantize.build import build
-    from qverify.serve.profile import resolve_profile
 
     say = out.info if out is not None else (lambda m: None)
     quiet = bool(out is not None and out.json_mode)
@@ -247,9 +247,7 @@ def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates:
                   on_stage=None if quiet else (lambda stage, secs: say(f"  {stage} done in {secs:.1f}s") if secs is not None else None))
         say(f"  {'reused' if r.reused else 'built'} {r.manifest.build_id}")
         results.append(r)
-    sv = cfg.serving
-    spec = EvalSpec.from_config(cfg, suites=suites,
-                                serving=resolve_profile(sv.backend, sv.profile, sv.endpoint, sv.api_key_env))
+    spec = EvalSpec.from_config(cfg, suites=suites, serving=serving_profile(cfg.serving))  # as `qverify eval` resolves it
     ids = [r.manifest.build_id for r in results]
     # greedy/match's references (twins): composed here, evaluated on greedy alongside (`gate --budget` composes its own)
     twins = ensure_twins(workdir, ids[0], ids[1:], say) if evaluate and "greedy" in suites else []

@@ -42,6 +42,7 @@ def in_range(ge: float | None = None, gt: float | None = None, lt: float | None 
     return check
 
 
+BUILD_REF_HELP = "build id, unique id prefix, recipe name (one build), or build dir"  # qverify.workdir.Workdir.resolve_build
 POSITIVE_INT_FIX = "pass a whole number of 1 or more"
 Count = in_range(ge=1, fix=POSITIVE_INT_FIX)
 Seconds = in_range(gt=0, fix="pass a number of seconds above 0")

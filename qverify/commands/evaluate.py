@@ -11,12 +11,22 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import SEED_SALT_HELP, ConfigOpt, Count, ErrorBudget, Port, Seconds, SeedSalt, state
+from qverify.commands._common import (
+    BUILD_REF_HELP,
+    SEED_SALT_HELP,
+    ConfigOpt,
+    Count,
+    ErrorBudget,
+    Port,
+    Seconds,
+    SeedSalt,
+    state,
+)
 
 
 def eval_cmd(
     ctx: typer.Context,
-    build: Annotated[str, typer.Argument(help="build id (or prefix) under <workdir>/builds, or a build dir")],
+    build: Annotated[str, typer.Argument(help=BUILD_REF_HELP)],
     suites: Annotated[str | None, typer.Option(help="comma-separated suite names; lmeval:<task> for lm-eval tasks "
                                                     "(default: qverify.toml's suites)")] = None,
     replicates: Annotated[int | None, typer.Option(callback=Count, help="runs per item, seeds differ per replicate (default 3)")] = None,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Literal
 
 from qverify.errors import InfraError
-from qverify.models import Item, ItemResult, Response, Sampling, Score, content_hash
+from qverify.models import Endpoint, Item, ItemResult, Response, Sampling, Score, content_hash
 from qverify.registry import Registry
 from qverify.suites.metric_spec import MetricSpec
 
@@ -75,6 +75,9 @@ class Suite(ABC):
     gate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # what the gate decides on, declared with the suite
 
     runs_model_code: ClassVar[bool] = False  # True: scoring executes model output (needs the sandbox)
+    # True: the suite sends and scores its own requests through run() (lmeval:<task>: lm-eval does both);
+    # the runner (qverify.evals.runner.run_plan) calls run() per replicate instead of request() + score() per item
+    runs_itself: ClassVar[bool] = False
 
     def __init__(self, count_tokens: TokenCounter | None = None, **options: Any):
         self.count_tokens = count_tokens or approx_tokens
@@ -120,6 +123,10 @@ class Suite(ABC):
     @abstractmethod
     def score(self, item: Item, response: Response) -> Score:
         """Score one response. Must not raise on any model output."""
+
+    def run(self, endpoint: Endpoint, replicate: int = 0, seed: int = 0, limit: int | None = None) -> list[ItemResult]:
+        """One replicate of every item (the first `limit`), requested and scored by the suite itself (runs_itself)."""
+        raise NotImplementedError(f"suite {self.name} is run item by item (runs_itself is False)")
 
     def safe_score(self, item: Item, response: Response) -> Score:
         try:

@@ -251,3 +251,23 @@ def test_cli_exit_codes_json_and_table(wd):
     assert "coding/pass@1" in p.stdout and "FAIL" in p.stdout and "run SD" in p.stdout  # piped: the compact summary
     p = _cli(wd, "--baseline", "base")
     assert p.returncode == 4 and "go together" in p.stderr
+
+
+def test_cli_takes_a_build_as_a_directory_or_a_recipe_name(wd, tmp_path):
+    """One resolver (Workdir.resolve_build) for every command: the gate takes build directories (it used to refuse
+    them: "its build.json says build_id ... the build dir was renamed or copied") and recipe names, and decides
+    exactly as on the ids."""
+    by_id = _cli(wd, "--baseline", "base", "--candidate", "large", "--suites", "coding", "--json")
+    by_dir = _cli(wd, "--baseline", str(wd / "builds" / "base"), "--candidate", str(wd / "builds" / "large"),
+                  "--suites", "coding", "--json")
+    assert by_id.returncode == by_dir.returncode == 1, by_dir.stderr
+    a, b = GateReport.model_validate(json.loads(by_id.stdout)), GateReport.model_validate(json.loads(by_dir.stdout))
+    assert (b.baseline, [c.build_id for c in b.candidates]) == ("base", ["large"])
+    assert [m.model_dump() for m in a.candidates[0].metrics] == [m.model_dump() for m in b.candidates[0].metrics]
+    from qverify.workdir import Workdir
+
+    w = Workdir.at(wd)
+    assert w.resolve_build_id("small") == w.resolve_build_id(wd / "builds" / "small") == "small"
+    synth.write_build(tmp_path / "builds", "0123abcd", recipe="fp8kv")  # a recipe name that is no id prefix
+    assert Workdir.at(tmp_path).resolve_build("fp8kv")[1].build_id == "0123abcd"
+
