@@ -18,7 +18,8 @@ from qverify.config import QVerifyConfig, ServingConfig
 from qverify.errors import BadInput
 from qverify.evals.client import DEFAULT_CONCURRENCY, timeouts_for
 from qverify.evals.runner import EvalPlan, SuiteSummary, run_plan, summarize
-from qverify.models import BuildManifest, Endpoint, ServingProfile
+from qverify.models import BuildManifest, Endpoint, ServingProfile, canonical_split
+from qverify.versions import RUN_PACKAGES, package_versions
 from qverify.workdir import Workdir
 
 
@@ -100,9 +101,10 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, spec: 
 
     if spec.replicates < 1:
         raise BadInput(f"--replicates must be >= 1 (got {spec.replicates})", fix="pass --replicates 3 or more for gating")
-    if spec.split not in ("test", "validation", "train", "held-out"):  # held-out: the old name of test
-        raise BadInput(f"unknown split {spec.split!r}", fix="use --split test (or validation, train)")
-    split = "test" if spec.split == "held-out" else spec.split
+    try:
+        split = canonical_split(spec.split)
+    except ValueError:
+        raise BadInput(f"unknown split {spec.split!r}", fix="use --split test (or validation, train)") from None
     count = token_counter(build_dir, bool(manifest and manifest.trust_remote_code))
     serving = spec.serving or ServingProfile()
     backend = spec.serving.backend if spec.serving else "local"
@@ -123,18 +125,6 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, spec: 
                     allow_unsandboxed=spec.allow_unsandboxed, grow=spec.grow, seed_salt=spec.seed_salt)
     plan.check_existing()
     return plan
-
-
-def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for p in ("qverify", "torch", "transformers", "compressed-tensors", "llmcompressor", "sglang"):
-        try:
-            out[p] = version(p)
-        except PackageNotFoundError:
-            pass
-    return out
 
 
 def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str] | None = None, *,
@@ -169,7 +159,7 @@ def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str] | 
         if on_ready:
             on_ready(endpoint)
         return asyncio.run(run_plan(plan, endpoint, backend.redacted_command(), backend.info(), alive=backend.alive,
-                                    versions=_versions(), show_progress=show_progress))
+                                    versions=package_versions(RUN_PACKAGES), show_progress=show_progress))
 
 
 def evaluate_builds(workdir: Workdir, build_refs: list[str], spec: EvalSpec, show_progress: bool = True,

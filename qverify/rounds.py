@@ -34,7 +34,7 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
                             suites_by_build={t: ["greedy"] for t in twins})
         got = []
         for build in builds:
-            ms = {s: RunStore(wd.runs / build / s).read_manifest() for s in want}
+            ms = {s: RunStore(wd.run_dir(build, s)).read_manifest() for s in want}
             got.append({s: m.n_items if m is not None else 0 for s, m in ms.items()})
         return got
 

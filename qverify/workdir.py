@@ -17,10 +17,21 @@ from qverify.models import BuildManifest
 
 BUILD_MANIFEST = "build.json"
 GATE_REPORT = "gate.json"
+SEQUENCE_STATE = "sequence.json"
 
 
 def manifest_path(build_dir: Path) -> Path:
     return Path(build_dir) / BUILD_MANIFEST
+
+
+def run_path(runs_root: Path, build_id: str, suite: str) -> Path:
+    """runs/<build>/<suite>: one run's folder, for callers that hold the runs root rather than a Workdir."""
+    return Path(runs_root) / build_id / suite
+
+
+def sequence_path(gates_root: Path, seq_id: str) -> Path:
+    """gates/seq-<id>/sequence.json: a budgeted gate's plan and looks (qverify.gate.budget)."""
+    return Path(gates_root) / seq_id / SEQUENCE_STATE
 
 
 def is_build(build_dir: Path) -> bool:
@@ -85,7 +96,7 @@ class Workdir:
         return manifest_path(self.build_dir(build_id))
 
     def run_dir(self, build_id: str, suite: str) -> Path:
-        return self.runs / build_id / suite
+        return run_path(self.runs, build_id, suite)
 
     def gate_dir(self, gate_id: str) -> Path:
         return self.gates / gate_id

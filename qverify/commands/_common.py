@@ -42,6 +42,8 @@ def in_range(ge: float | None = None, gt: float | None = None, lt: float | None 
     return check
 
 
+# --json: one option, on the root (`qverify --json CMD`) and after a command (`qverify gate ... --json`)
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output: one JSON document on stdout")]
 BUILD_REF_HELP = "build id, unique id prefix, recipe name (one build), or build dir"  # qverify.workdir.Workdir.resolve_build
 POSITIVE_INT_FIX = "pass a whole number of 1 or more"
 Count = in_range(ge=1, fix=POSITIVE_INT_FIX)

@@ -39,7 +39,7 @@ def eval_cmd(
     split: Annotated[str, typer.Option(help="test (default; what the model card reports), validation or train")] = "test",
     source: Annotated[str | None, typer.Option(help="synthetic (default), or a suite's real-data source (humaneval, bfcl)")] = None,
     port: Annotated[int | None, typer.Option(callback=Port, help="server port (default: a free one)")] = None,
-    error_budget: Annotated[float | None, typer.Option(callback=ErrorBudget, help="max infrastructure-error rate for a complete run (default 0.02)")] = None,
+    error_budget: Annotated[float | None, typer.Option(callback=ErrorBudget, help="max infrastructure-error rate for a complete run (default: qverify.toml's error_budget)")] = None,
     fresh: Annotated[bool, typer.Option(help="start suites whose stored results don't match over")] = False,
     connect_timeout: Annotated[float | None, typer.Option(callback=Seconds, help="seconds to connect (default: the backend's)")] = None,
     read_timeout: Annotated[float | None, typer.Option(callback=Seconds, help="seconds between bytes (default: the backend's)")] = None,

@@ -23,6 +23,7 @@ from qverify.evals.client import CallResult, Client, StreamTiming, Timeouts, str
 from qverify.evals.store import RunStore
 from qverify.models import BuildManifest, Endpoint, Item, ItemResult, RunManifest, ServingProfile, content_hash, utcnow
 from qverify.suites.base import Suite, item_set_hash
+from qverify.workdir import run_path
 
 
 def replicate_seed(item_id: str, replicate: int, salt: int = 0) -> int:
@@ -79,7 +80,7 @@ class EvalPlan:
     summaries: list[SuiteSummary] = field(default_factory=list)
 
     def store(self, suite: str) -> RunStore:
-        return RunStore(self.runs_root / self.build_id / suite)
+        return RunStore(run_path(self.runs_root, self.build_id, suite))
 
     def pending(self) -> dict[str, list[tuple[Item, int]]]:
         out = {}

@@ -27,7 +27,7 @@ import warnings
 
 import numpy as np
 
-from qverify.gate.pairwise import f1_score
+from qverify.gate.pairwise import f1_score, is_binary  # noqa: F401  (is_binary: qverify.gate.assemble reads it here)
 
 
 def item_means(x: np.ndarray) -> np.ndarray:
@@ -44,10 +44,6 @@ def mean_diffs(b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     db, dc = item_means(b), item_means(c)
     rows = ~np.isnan(db) & ~np.isnan(dc)
     return dc[rows] - db[rows], rows
-
-
-def is_binary(*xs: np.ndarray) -> bool:
-    return all(np.isin(x[~np.isnan(x)], (0.0, 1.0)).all() for x in xs)
 
 
 def is_unit(*xs: np.ndarray) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from scipy import stats as sps
@@ -34,6 +34,13 @@ def flip_counts(b: np.ndarray, c: np.ndarray) -> tuple[int, int]:
     lost = int((_all(b, 1.0) & _all(c, 0.0)).sum())
     gained = int((_all(b, 0.0) & _all(c, 1.0)).sum())
     return lost, gained
+
+
+def flip_direction(b: list[float], c: list[float]) -> Literal["regressed", "improved"] | None:
+    """One item's flip, by flip_counts' rule (the one definition the release review's flips also use): its
+    scores over the baseline's and the candidate's replicates."""
+    lost, gained = flip_counts(np.array([b], float), np.array([c], float))
+    return "regressed" if lost else "improved" if gained else None
 
 
 def self_flip_rate(b: np.ndarray, max_splits: int = 20, seed: int = 0) -> float | None:

@@ -11,15 +11,23 @@ import random
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from qverify.errors import InfraError
-from qverify.models import Endpoint, Item, ItemResult, Response, Sampling, Score, content_hash
+from qverify.models import (
+    Endpoint,
+    Item,
+    ItemResult,
+    Response,
+    Sampling,
+    Score,
+    Split,
+    canonical_split,  # noqa: F401  (re-exported: the suites import it from here)
+    content_hash,
+)
 from qverify.registry import Registry
 from qverify.suites.metric_spec import MetricSpec
 
-Split = Literal["train", "validation", "test"]
-SPLITS: tuple[str, ...] = ("train", "validation", "test")
 TokenCounter = Callable[[str], int]
 
 # Of each generator's key space: test [0, 0.1), validation [0.1, 0.2), train the rest. The train
@@ -27,14 +35,6 @@ TokenCounter = Callable[[str], int]
 # warm-started from it has seen no validation or test key.
 TEST_FRACTION = 0.1
 VALIDATION_FRACTION = 0.1
-
-
-def canonical_split(split: str) -> Split:
-    """'held-out' (the name before validation and test were separated) means test."""
-    split = "test" if split == "held-out" else split
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r} (one of {', '.join(SPLITS)})")
-    return split  # type: ignore[return-value]
 
 
 def split_of(key: str) -> Split:
