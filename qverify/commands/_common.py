@@ -6,17 +6,13 @@ from typing import Annotated
 
 import typer
 
-from qverify.errors import BadInput, NotImplementedYet
+from qverify.errors import BadInput
 
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="qverify.toml to read (default ./qverify.toml)")]
 
 
 def state(ctx: typer.Context):
     return ctx.obj
-
-
-def not_implemented(what: str, issue: str) -> None:
-    raise NotImplementedYet(f"'{what}' is not implemented yet", fix=f"tracked in the issue '{issue}'")
 
 
 def in_range(ge: float | None = None, gt: float | None = None, lt: float | None = None, le: float | None = None,

@@ -114,8 +114,3 @@ def trigger_f1_diffs(b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, float, f
     pv = n * delta - (n - 1) * loo
     # centred on the plug-in Delta (their own mean is the bias-corrected one): the SE is the same
     return pv - pv.mean() + delta, fb, fc
-
-
-def pair_matrix(values: dict[tuple[int, int], np.ndarray], pairs: list[tuple[int, int]], n: int) -> np.ndarray:
-    """n x len(pairs) from per-pair item vectors (missing pair -> NaN column)."""
-    return np.column_stack([values.get(p, np.full(n, np.nan)) for p in pairs]) if pairs else np.full((n, 0), np.nan)

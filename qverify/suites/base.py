@@ -9,8 +9,7 @@ from __future__ import annotations
 import hashlib
 import random
 from abc import ABC, abstractmethod
-from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from qverify.errors import InfraError
@@ -56,7 +55,9 @@ def split_rng(suite: str, split: Split, seed: int) -> random.Random:
 
 
 def approx_tokens(text: str) -> int:
-    """Fallback token count when no tokenizer is given (~3.2 chars/token for code-like text)."""
+    """Fallback token count when no tokenizer is given: ~3.2 characters per token for code-like text, a rule of
+    thumb (BPE tokenizers give 3-4 on English and code), not measured here; suites that size prompts by tokens get
+    the build's real tokenizer (pipeline.token_counter) whenever a build is evaluated."""
     return max(1, round(len(text) / 3.2))
 
 
@@ -135,15 +136,6 @@ class Suite(ABC):
             raise
         except Exception as e:  # a scorer bug must not kill a run; it is a scored failure with the reason
             return Score(values={self.primary_metric: 0.0}, reason=f"scorer error: {type(e).__name__}: {e}")
-
-    def aggregate(self, results: Iterable[ItemResult]) -> dict[str, float]:
-        """Mean of each per-item value over scored (non-error) results."""
-        sums: dict[str, list[float]] = defaultdict(list)
-        for r in results:
-            if r.error is None:
-                for k, v in r.scores.items():
-                    sums[k].append(v)
-        return {k: sum(v) / len(v) for k, v in sorted(sums.items())}
 
 
 def item_set_hash(items: list[Item]) -> str:
