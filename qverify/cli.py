@@ -22,6 +22,7 @@ except ImportError:  # pragma: no cover
     from click import exceptions as click_exc
 
 from qverify import __version__
+from qverify.commands._common import JsonOpt
 from qverify.errors import BadInput, ExitCode, QVerifyError, from_os_error
 
 _workdir = None  # the Workdir, set by the root callback: where a crash log goes
@@ -65,7 +66,7 @@ def root(
     ctx: typer.Context,
     workdir: Annotated[Path, typer.Option("--workdir", envvar="QVERIFY_WORKDIR", help="where builds, runs, gates live")] = Path(".qverify"),
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="debug output and full tracebacks")] = False,
-    json_mode: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    json_mode: JsonOpt = False,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version")] = False,
 ) -> None:
     ctx.obj = AppState(workdir, verbose, json_mode)

@@ -32,6 +32,11 @@ def parse_budget(text: str) -> tuple[int | None, float | None]:
     return None, value * {"s": 1, "m": 60, "h": 3600}[unit]
 
 
+# The defaults every command and model takes (one definition each; QVerifyConfig below carries them):
+ALPHA = 0.05  # the gate's error rate per metric and build (docs/gate.md, "The rule")
+ERROR_BUDGET = 0.02  # the infrastructure-error rate a complete run may have (docs/eval.md)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -73,8 +78,8 @@ class QVerifyConfig(_Strict):
     seed_salt: int = Field(0, ge=0, description="salts every replicate seed: another value is an independent session "
                                                  "(0: the historical seeds); baseline and candidate share seeds only "
                                                  "when evaluated with the same salt")
-    alpha: float = Field(0.05, gt=0, lt=1)
-    error_budget: float = Field(0.02, ge=0, lt=0.5, description="max infrastructure-error rate of a complete run")
+    alpha: float = Field(ALPHA, gt=0, lt=1)
+    error_budget: float = Field(ERROR_BUDGET, ge=0, lt=0.5, description="max infrastructure-error rate of a complete run")
     budget: str | None = Field(None, description="gate in rounds within this budget, as `qverify gate --budget` "
                                                   "(a time: 10m, or a request count); the flag wins")
     looks: int = Field(8, ge=1, le=32, description="looks a time budget plans: alpha is spread over them, so plan "
@@ -82,6 +87,8 @@ class QVerifyConfig(_Strict):
     noise_k: float | None = Field(None, ge=0, description="margin = max(tolerance, noise_k x the baseline's run-to-run "
                                                            "SD of one run's mean); off by default (docs/gate.md)")
     thresholds: dict[str, MetricRule] = Field(default_factory=dict, description="per metric, e.g. 'coding/pass@1'")
+    suite_options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="keyword options per suite, "
+                                                     "e.g. [suite_options.\"lmeval:my_task\"] include_path = \"tasks/\"")
     serving: ServingConfig = Field(default_factory=ServingConfig)
     client: ClientConfig = Field(default_factory=ClientConfig)
     allow_unsandboxed: bool = Field(False, description="let the coding suite run model code without bwrap (marked)")

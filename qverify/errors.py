@@ -15,7 +15,6 @@ class ExitCode(IntEnum):
     INCONCLUSIVE = 2
     INFRA = 3  # server, tracking, sandbox infrastructure
     BAD_INPUT = 4
-    NOT_IMPLEMENTED = 5
 
 
 class QVerifyError(Exception):
@@ -42,10 +41,6 @@ class InfraError(QVerifyError):
     """Something outside the user's input broke: a server, the tracking store, a sandbox."""
 
     exit_code = ExitCode.INFRA
-
-
-class NotImplementedYet(QVerifyError):
-    exit_code = ExitCode.NOT_IMPLEMENTED
 
 
 # errno -> (exit class, what it means, the fix) for OS errors met on the workdir or an input file

@@ -14,6 +14,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from qverify.config import ERROR_BUDGET
+
+Split = Literal["train", "validation", "test"]
+SPLITS: tuple[str, ...] = ("train", "validation", "test")
+
+
+def canonical_split(split: str) -> Split:
+    """'held-out' (the name before validation and test were separated) means test: the one place that says so."""
+    split = "test" if split == "held-out" else split
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r} (one of {', '.join(SPLITS)})")
+    return split  # type: ignore[return-value]
+
 
 def content_hash(obj: Any, n: int = 16) -> str:
     """Stable hash of JSON-able content: sorted keys, no whitespace, sha256 prefix."""
@@ -146,7 +159,7 @@ class Item(Strict):
     @field_validator("split", mode="before")
     @classmethod
     def _held_out_is_test(cls, v: Any) -> Any:
-        return "test" if v == "held-out" else v  # runs written before validation and test were separated
+        return canonical_split(v) if v == "held-out" else v  # runs written before validation and test were separated
 
     @classmethod
     def make(cls, suite: str, split: str, **content: Any) -> "Item":
@@ -214,7 +227,7 @@ class RunManifest(Strict):
     server_command: list[str] | None = None
     server_info: dict[str, Any] = Field(default_factory=dict)
     versions: dict[str, str] = Field(default_factory=dict)
-    error_budget: float = 0.02
+    error_budget: float = ERROR_BUDGET
     error_rate: float = 0.0
     complete: bool = False
     sandbox: Literal["bwrap", "unsandboxed"] | None = Field(

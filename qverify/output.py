@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -12,6 +13,28 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+PLAIN_WIDTH = 80  # a CI log, `| tee`, `| less`: piped output stays readable at 80 columns (issue #30)
+
+
+def plain_table(title: str, columns: list[str], rows: list[list[Any]], width: int = PLAIN_WIDTH) -> list[str]:
+    """A table as plain lines, for output that is not a terminal (where rich cuts cells to "toolc…", "0.575…"):
+    per row its first cell, then `column: value` for each other non-empty cell, never split inside a pair."""
+    out = [title]
+    for row in rows:
+        cells = ["" if v is None else str(v) for v in row]
+        pieces = [f"{c}: {v}" if c else v for c, v in zip(columns[1:], cells[1:], strict=False) if v]
+        line = "  " + cells[0]
+        for piece in pieces:
+            if len(line) + 2 + len(piece) <= width:
+                line += "  " + piece
+                continue
+            out.append(line)
+            wrapped = textwrap.wrap(piece, width - 6, break_on_hyphens=False) or [""]
+            out.extend("      " + w for w in wrapped[:-1])
+            line = "      " + wrapped[-1]
+        out.append(line)
+    return out
 
 
 @dataclass
@@ -28,6 +51,10 @@ class Output:
 
     def table(self, title: str, columns: list[str], rows: list[list[Any]]) -> None:
         if self.json_mode:
+            return
+        if not self.console.is_terminal:
+            for line in plain_table(title, columns, rows):
+                self.console.print(line, highlight=False, markup=False, soft_wrap=True)
             return
         t = Table(title=title)
         for c in columns:

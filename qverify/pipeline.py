@@ -18,7 +18,8 @@ from qverify.config import QVerifyConfig, ServingConfig
 from qverify.errors import BadInput
 from qverify.evals.client import DEFAULT_CONCURRENCY, timeouts_for
 from qverify.evals.runner import EvalPlan, SuiteSummary, run_plan, summarize
-from qverify.models import BuildManifest, Endpoint, ServingProfile
+from qverify.models import BuildManifest, Endpoint, ServingProfile, canonical_split
+from qverify.versions import RUN_PACKAGES, package_versions
 from qverify.workdir import Workdir
 
 
@@ -52,7 +53,7 @@ class EvalSpec:
                    concurrency=cfg.serving.concurrency, error_budget=cfg.error_budget, limit=cfg.limit,
                    port=cfg.serving.port, connect_timeout_s=cfg.client.connect_timeout_s,
                    read_timeout_s=cfg.client.read_timeout_s, item_timeout_s=cfg.client.item_timeout_s,
-                   allow_unsandboxed=cfg.allow_unsandboxed, seed_salt=cfg.seed_salt)
+                   allow_unsandboxed=cfg.allow_unsandboxed, seed_salt=cfg.seed_salt, suite_options=dict(cfg.suite_options))
         return spec.override(**overrides)
 
     def override(self, **overrides: Any) -> EvalSpec:
@@ -65,7 +66,8 @@ class EvalSpec:
 
 def serving_profile(sv: ServingConfig, backend: str | None = None, profile: str | None = None,
                     endpoint: str | None = None, api_key_env: str | None = None) -> ServingProfile:
-    """The serving profile from qverify.toml's [serving], flags overriding it.
+    """The serving profile from qverify.toml's [serving], flags overriding it: the one resolution that
+    `qverify eval`, `gate --recipe` (ensure_runs) and `gate --budget` (qverify.rounds) all use.
 
     The config's backend counts only when the file sets it: `--endpoint URL` alone still means
     the endpoint backend, as without a config.
@@ -99,9 +101,10 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, spec: 
 
     if spec.replicates < 1:
         raise BadInput(f"--replicates must be >= 1 (got {spec.replicates})", fix="pass --replicates 3 or more for gating")
-    if spec.split not in ("test", "validation", "train", "held-out"):  # held-out: the old name of test
-        raise BadInput(f"unknown split {spec.split!r}", fix="use --split test (or validation, train)")
-    split = "test" if spec.split == "held-out" else spec.split
+    try:
+        split = canonical_split(spec.split)
+    except ValueError:
+        raise BadInput(f"unknown split {spec.split!r}", fix="use --split test (or validation, train)") from None
     count = token_counter(build_dir, bool(manifest and manifest.trust_remote_code))
     serving = spec.serving or ServingProfile()
     backend = spec.serving.backend if spec.serving else "local"
@@ -122,18 +125,6 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, spec: 
                     allow_unsandboxed=spec.allow_unsandboxed, grow=spec.grow, seed_salt=spec.seed_salt)
     plan.check_existing()
     return plan
-
-
-def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for p in ("qverify", "torch", "transformers", "compressed-tensors", "llmcompressor", "sglang"):
-        try:
-            out[p] = version(p)
-        except PackageNotFoundError:
-            pass
-    return out
 
 
 def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str] | None = None, *,
@@ -168,7 +159,7 @@ def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str] | 
         if on_ready:
             on_ready(endpoint)
         return asyncio.run(run_plan(plan, endpoint, backend.redacted_command(), backend.info(), alive=backend.alive,
-                                    versions=_versions(), show_progress=show_progress))
+                                    versions=package_versions(RUN_PACKAGES), show_progress=show_progress))
 
 
 def evaluate_builds(workdir: Workdir, build_refs: list[str], spec: EvalSpec, show_progress: bool = True,
@@ -235,7 +226,6 @@ def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates:
     is missing runs.
     """
     from qverify.quantize.build import build
-    from qverify.serve.profile import resolve_profile
 
     say = out.info if out is not None else (lambda m: None)
     quiet = bool(out is not None and out.json_mode)
@@ -247,9 +237,7 @@ def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates:
                   on_stage=None if quiet else (lambda stage, secs: say(f"  {stage} done in {secs:.1f}s") if secs is not None else None))
         say(f"  {'reused' if r.reused else 'built'} {r.manifest.build_id}")
         results.append(r)
-    sv = cfg.serving
-    spec = EvalSpec.from_config(cfg, suites=suites,
-                                serving=resolve_profile(sv.backend, sv.profile, sv.endpoint, sv.api_key_env))
+    spec = EvalSpec.from_config(cfg, suites=suites, serving=serving_profile(cfg.serving))  # as `qverify eval` resolves it
     ids = [r.manifest.build_id for r in results]
     # greedy/match's references (twins): composed here, evaluated on greedy alongside (`gate --budget` composes its own)
     twins = ensure_twins(workdir, ids[0], ids[1:], say) if evaluate and "greedy" in suites else []

@@ -16,8 +16,7 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
                    budget: str, show_progress: bool = True) -> tuple[GateReport, list[Look], Plan]:
     from qverify.evals.store import RunStore
     from qverify.gate.gate import run_gate, write_report
-    from qverify.pipeline import EvalSpec, ensure_twins, evaluate_builds
-    from qverify.serve.profile import resolve_profile
+    from qverify.pipeline import EvalSpec, ensure_twins, evaluate_builds, serving_profile
     from qverify.suites import get_suite
 
     # greedy/match's references (the candidates' twins) grow with the candidates' greedy runs, round by round
@@ -25,8 +24,7 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
     first = {s: cfg.limit or get_suite(s).default_n for s in suites}
     plan = make_plan(suites, first, cfg.replicates, 1 + len(candidates), cfg.alpha, budget, cfg.looks,
                      extra_builds={"greedy": len(twins)} if twins else None)
-    sv = cfg.serving
-    serving = resolve_profile(sv.backend, sv.profile, sv.endpoint, sv.api_key_env)
+    serving = serving_profile(cfg.serving)  # as `qverify eval` resolves it
 
     def evaluate(builds: list[str], want: dict[str, int]) -> list[dict[str, int]]:
         for n in sorted(set(want.values())):  # one server session per build and distinct item count
@@ -36,7 +34,7 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
                             suites_by_build={t: ["greedy"] for t in twins})
         got = []
         for build in builds:
-            ms = {s: RunStore(wd.runs / build / s).read_manifest() for s in want}
+            ms = {s: RunStore(wd.run_dir(build, s)).read_manifest() for s in want}
             got.append({s: m.n_items if m is not None else 0 for s, m in ms.items()})
         return got
 

@@ -17,10 +17,21 @@ from qverify.models import BuildManifest
 
 BUILD_MANIFEST = "build.json"
 GATE_REPORT = "gate.json"
+SEQUENCE_STATE = "sequence.json"
 
 
 def manifest_path(build_dir: Path) -> Path:
     return Path(build_dir) / BUILD_MANIFEST
+
+
+def run_path(runs_root: Path, build_id: str, suite: str) -> Path:
+    """runs/<build>/<suite>: one run's folder, for callers that hold the runs root rather than a Workdir."""
+    return Path(runs_root) / build_id / suite
+
+
+def sequence_path(gates_root: Path, seq_id: str) -> Path:
+    """gates/seq-<id>/sequence.json: a budgeted gate's plan and looks (qverify.gate.budget)."""
+    return Path(gates_root) / seq_id / SEQUENCE_STATE
 
 
 def is_build(build_dir: Path) -> bool:
@@ -85,7 +96,7 @@ class Workdir:
         return manifest_path(self.build_dir(build_id))
 
     def run_dir(self, build_id: str, suite: str) -> Path:
-        return self.runs / build_id / suite
+        return run_path(self.runs, build_id, suite)
 
     def gate_dir(self, gate_id: str) -> Path:
         return self.gates / gate_id
@@ -111,7 +122,8 @@ class Workdir:
         return [d for d in sorted(self.builds.iterdir()) if not d.name.startswith(".") and is_build(d)]
 
     def resolve_build(self, ref: str | Path) -> tuple[Path, BuildManifest]:
-        """A build id under builds/ (or a unique prefix of one), or a build directory.
+        """The one resolver of a build reference, for every command that takes a build: a build directory,
+        a build id under builds/, a unique prefix of one, or a recipe with exactly one build.
 
         Returns (build_dir, BuildManifest). A plain HF model dir without build.json is refused:
         every evaluated artifact must carry a manifest.
@@ -119,42 +131,32 @@ class Workdir:
         p = Path(ref)
         if not is_build(p):
             cand = self.build_dir(str(ref))
-            if is_build(cand):
-                p = cand
-            else:
-                matches = [d for d in self.builds.glob(f"{ref}*") if is_build(d)] if self.builds.exists() else []
-                if len(matches) == 1:
-                    p = matches[0]
-                else:
-                    known = sorted(d.name for d in self.builds.glob("*") if is_build(d)) if self.builds.exists() else []
-                    raise BadInput(f"no build {str(ref)!r} in {self.builds}" + (" (ambiguous prefix)" if matches else ""),
-                                   fix=f"run `qverify builds` to list them ({len(known)} known) or `qverify build --recipe NAME`")
+            p = cand if is_build(cand) else self._find_build(str(ref))
         try:
             return p, read_build_manifest(p)
         except ValueError as e:
             raise BadInput(f"{manifest_path(p)} is not a valid build manifest: {str(e).splitlines()[0]}",
                            fix="rebuild it with `qverify build --force`") from None
 
-    def resolve_build_id(self, ref: str) -> str:
-        """A build id as filed under runs/ and builds/: exact id, unique id prefix, or unique recipe name."""
-        if (self.runs / ref).is_dir() or is_build(self.build_dir(ref)):
-            return ref
-        try:
-            path, _ = self.resolve_build(ref)
-            return path.name
-        except BadInput:
-            by_recipe = []
-            for d in sorted(self.builds.glob("*")) if self.builds.exists() else []:
-                if is_build(d):
-                    try:
-                        if read_build_manifest(d).recipe == ref:
-                            by_recipe.append(d.name)
-                    except ValueError:
-                        continue
-            if len(by_recipe) == 1:
-                return by_recipe[0]
-            if len(by_recipe) > 1:
-                raise BadInput(f"recipe {ref!r} has {len(by_recipe)} builds: {', '.join(by_recipe)}",
-                               fix="pass the build id instead of the recipe name") from None
-            raise
+    def _find_build(self, ref: str) -> Path:
+        """A unique id prefix, else a recipe name with exactly one build."""
+        dirs = self.build_dirs()
+        matches = [d for d in dirs if d.name.startswith(ref)]
+        if len(matches) == 1:
+            return matches[0]
+        by_recipe = [d for d in dirs if (m := self.build_manifest(d.name)) is not None and m.recipe == ref]
+        if len(by_recipe) == 1:
+            return by_recipe[0]
+        if len(by_recipe) > 1:
+            raise BadInput(f"recipe {ref!r} has {len(by_recipe)} builds: {', '.join(d.name for d in by_recipe)}",
+                           fix="pass the build id instead of the recipe name")
+        raise BadInput(f"no build {ref!r} in {self.builds}" + (" (ambiguous prefix)" if matches else ""),
+                       fix=f"run `qverify builds` to list them ({len(dirs)} known) or `qverify build --recipe NAME`")
 
+    def resolve_build_id(self, ref: str | Path) -> str:
+        """The id a build's runs are filed under (runs/<id>/), from any reference resolve_build takes; a plain
+        name with runs but no build dir (an endpoint's runs) is its own id."""
+        name = str(ref)
+        if "/" not in name and ((self.runs / name).is_dir() or is_build(self.build_dir(name))):
+            return name
+        return self.resolve_build(ref)[1].build_id

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -81,8 +83,8 @@ def test_gate_recipe_and_its_rounds_compose_the_twin_and_evaluate_it_on_greedy_a
     from qverify.config import QVerifyConfig
     from qverify.evals.store import RunStore
     from qverify.gate import run_gate
-    from qverify.rounds import gate_in_rounds
     from qverify.pipeline import ensure_runs
+    from qverify.rounds import gate_in_rounds
     from qverify.workdir import Workdir
 
     wd = Workdir.at(tmp_path / "wd").ensure()
@@ -106,3 +108,40 @@ def test_gate_recipe_and_its_rounds_compose_the_twin_and_evaluate_it_on_greedy_a
     runs(8)
     assert len(looks) == 2 and looks[-1].requests == 24
     assert report.candidates[0].compared_with == {"greedy/match": twins[0]}
+
+
+def test_gate_attaches_to_the_configs_endpoint_as_eval_does(tiny_model_dir, tmp_path):
+    """qverify.toml with `[serving] endpoint = URL` and no backend: `qverify eval`, `gate --recipe` and
+    `gate --budget` all resolve the profile through pipeline.serving_profile and attach to that endpoint (both
+    gates used to exit 4: "--endpoint applies to the endpoint backend, not local"). A real embedded server on
+    127.0.0.1 plays the endpoint; real builds of the tiny model."""
+    import json
+
+    from qverify.evals.store import RunStore
+    from qverify.models import ServingProfile
+    from qverify.serve.local import LocalBackend
+    from qverify.workdir import Workdir
+
+    wd = Workdir.at(tmp_path / "wd")
+    with LocalBackend(tiny_model_dir, None, ServingProfile(), tmp_path / "logs") as ep:
+        (tmp_path / "qverify.toml").write_text(
+            f'model = "{tiny_model_dir}"\nbaseline = "bf16"\nsuites = ["toolcall"]\nlimit = 4\nreplicates = 1\n'
+            f'report = false\n[serving]\nendpoint = "{ep.base_url}"\n')
+
+        def qv(*args):  # run in tmp_path (its qverify.toml), importing this checkout's qverify
+            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+            return subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(wd.root), *args], cwd=tmp_path,
+                                  capture_output=True, text=True, timeout=600, env=env, check=False)
+
+        def served_by_endpoint(build_id: str, n: int) -> bool:
+            m = RunStore(wd.run_dir(build_id, "toolcall")).read_manifest()
+            return m is not None and m.serving.backend == "endpoint" and m.n_items == n
+
+        r = qv("--json", "gate", "--recipe", "as_shipped")
+        assert r.returncode != 4 and "applies to the endpoint backend" not in r.stderr, r.stderr[-2000:]
+        report = json.loads(r.stdout)
+        base, cand = report["baseline"], report["candidates"][0]["build_id"]
+        assert served_by_endpoint(base, 4) and served_by_endpoint(cand, 4)
+        r = qv("gate", "--baseline", base, "--candidate", cand, "--budget", "16")  # two rounds of 4 items on 2 builds
+        assert r.returncode != 4 and "applies to the endpoint backend" not in r.stderr, r.stderr[-2000:]
+        assert served_by_endpoint(base, 8) and served_by_endpoint(cand, 8)

@@ -57,9 +57,3 @@ def linear_bytes(shape: LinearShape, scheme: str) -> int:
     else:  # the QuantPlan model validates names; this guards direct callers
         raise ValueError(f"unknown weight scheme {scheme!r}")
     return one * shape.count
-
-
-def bits_per_weight(scheme: str) -> float:
-    """Effective bits per weight on a large Linear (scales amortised), for display."""
-    big = LinearShape(out_features=4096, in_features=4096)
-    return 8 * linear_bytes(big, scheme) / big.params

@@ -6,17 +6,13 @@ from typing import Annotated
 
 import typer
 
-from qverify.errors import BadInput, NotImplementedYet
+from qverify.errors import BadInput
 
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="qverify.toml to read (default ./qverify.toml)")]
 
 
 def state(ctx: typer.Context):
     return ctx.obj
-
-
-def not_implemented(what: str, issue: str) -> None:
-    raise NotImplementedYet(f"'{what}' is not implemented yet", fix=f"tracked in the issue '{issue}'")
 
 
 def in_range(ge: float | None = None, gt: float | None = None, lt: float | None = None, le: float | None = None,
@@ -42,6 +38,9 @@ def in_range(ge: float | None = None, gt: float | None = None, lt: float | None 
     return check
 
 
+# --json: one option, on the root (`qverify --json CMD`) and after a command (`qverify gate ... --json`)
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output: one JSON document on stdout")]
+BUILD_REF_HELP = "build id, unique id prefix, recipe name (one build), or build dir"  # qverify.workdir.Workdir.resolve_build
 POSITIVE_INT_FIX = "pass a whole number of 1 or more"
 Count = in_range(ge=1, fix=POSITIVE_INT_FIX)
 Seconds = in_range(gt=0, fix="pass a number of seconds above 0")

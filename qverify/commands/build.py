@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import Count, state
+from qverify.commands._common import BUILD_REF_HELP, Count, state
 
 
 def _quiet(verbose: bool) -> None:
@@ -94,17 +94,14 @@ def builds_cmd(ctx: typer.Context) -> None:
 
 def verify_build_cmd(
     ctx: typer.Context,
-    build: Annotated[str, typer.Argument(help="build dir, or a build id under <workdir>/builds")],
+    build: Annotated[str, typer.Argument(help=BUILD_REF_HELP)],
 ) -> None:
     """Check a build's file/tensor hashes against build.json and reload it with the serving loader."""
     s = state(ctx)
     _quiet(s.verbose)
     from qverify.quantize.loader import verify_build
 
-    p = Path(build)
-    if not p.is_dir() and s.workdir.build_dir(build).is_dir():
-        p = s.workdir.build_dir(build)
-    report = verify_build(p)
+    report = verify_build(s.workdir.resolve_build(build)[0])
     s.out.data(report.model_dump())
     if not s.out.json_mode:
         s.out.console.print(f"[green]OK[/green] {report.build_id}: {report.hashed} hashes match build.json, "

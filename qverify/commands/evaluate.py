@@ -11,12 +11,22 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import SEED_SALT_HELP, ConfigOpt, Count, ErrorBudget, Port, Seconds, SeedSalt, state
+from qverify.commands._common import (
+    BUILD_REF_HELP,
+    SEED_SALT_HELP,
+    ConfigOpt,
+    Count,
+    ErrorBudget,
+    Port,
+    Seconds,
+    SeedSalt,
+    state,
+)
 
 
 def eval_cmd(
     ctx: typer.Context,
-    build: Annotated[str, typer.Argument(help="build id (or prefix) under <workdir>/builds, or a build dir")],
+    build: Annotated[str, typer.Argument(help=BUILD_REF_HELP)],
     suites: Annotated[str | None, typer.Option(help="comma-separated suite names; lmeval:<task> for lm-eval tasks "
                                                     "(default: qverify.toml's suites)")] = None,
     replicates: Annotated[int | None, typer.Option(callback=Count, help="runs per item, seeds differ per replicate (default 3)")] = None,
@@ -29,7 +39,7 @@ def eval_cmd(
     split: Annotated[str, typer.Option(help="test (default; what the model card reports), validation or train")] = "test",
     source: Annotated[str | None, typer.Option(help="synthetic (default), or a suite's real-data source (humaneval, bfcl)")] = None,
     port: Annotated[int | None, typer.Option(callback=Port, help="server port (default: a free one)")] = None,
-    error_budget: Annotated[float | None, typer.Option(callback=ErrorBudget, help="max infrastructure-error rate for a complete run (default 0.02)")] = None,
+    error_budget: Annotated[float | None, typer.Option(callback=ErrorBudget, help="max infrastructure-error rate for a complete run (default: qverify.toml's error_budget)")] = None,
     fresh: Annotated[bool, typer.Option(help="start suites whose stored results don't match over")] = False,
     connect_timeout: Annotated[float | None, typer.Option(callback=Seconds, help="seconds to connect (default: the backend's)")] = None,
     read_timeout: Annotated[float | None, typer.Option(callback=Seconds, help="seconds between bytes (default: the backend's)")] = None,

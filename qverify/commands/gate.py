@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import SEED_SALT_HELP, ConfigOpt, SeedSalt, state
+from qverify.commands._common import BUILD_REF_HELP, SEED_SALT_HELP, ConfigOpt, JsonOpt, SeedSalt, state
 
 
 def _check_budget(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
@@ -25,12 +25,12 @@ def _check_budget(ctx: typer.Context, param: typer.CallbackParam, value: str | N
 
 def gate_cmd(
     ctx: typer.Context,
-    baseline: Annotated[str | None, typer.Option("--baseline", help="baseline build id (or prefix, or recipe name)")] = None,
-    candidate: Annotated[list[str] | None, typer.Option("--candidate", help="candidate build; repeat for several")] = None,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="baseline: " + BUILD_REF_HELP)] = None,
+    candidate: Annotated[list[str] | None, typer.Option("--candidate", help="candidate (the same forms); repeat for several")] = None,
     recipe: Annotated[str | None, typer.Option("--recipe", help="build + eval + gate this recipe against the config's baseline")] = None,
     config: ConfigOpt = None,
     suites: Annotated[str | None, typer.Option("--suites", help="comma-separated suites (default: the config's that the baseline ran)")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="print the GateReport as JSON")] = False,
+    json_out: JsonOpt = False,  # the GateReport
     budget: Annotated[str | None, typer.Option("--budget", callback=_check_budget, help="gate in rounds within this budget: a time (10m, 90s) "
                                                             "or a request count; stops when decided, resumes")] = None,
     seed_salt: Annotated[int | None, typer.Option("--seed-salt", callback=SeedSalt, help=SEED_SALT_HELP + " (for the runs "

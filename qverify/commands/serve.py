@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import Port, Seconds, state
+from qverify.commands._common import BUILD_REF_HELP, Port, Seconds, state
 
 BackendOpt = Annotated[str | None, typer.Option("--backend", help="local (CPU, default), sglang, or endpoint")]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", help="built-in profile name (b200-tp4, h200-tp1, local) or a YAML file")]
@@ -20,7 +20,7 @@ KeyEnvOpt = Annotated[str | None, typer.Option("--api-key-env", help="environmen
 
 def serve_cmd(
     ctx: typer.Context,
-    build: Annotated[str, typer.Argument(help="build id under <workdir>/builds/ (or a unique prefix), or a build dir")],
+    build: Annotated[str, typer.Argument(help=BUILD_REF_HELP)],
     backend: BackendOpt = None,
     profile: ProfileOpt = None,
     port: PortOpt = None,

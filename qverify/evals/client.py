@@ -123,6 +123,9 @@ def timeouts_for(backend: str, connect_s: float | None = None, read_s: float | N
 
 
 class Client:
+    # retries 4 and backoff 0.5 s, doubling with jitter: about 7.5 s of waiting in all (0.5 + 1 + 2 + 4), enough to
+    # ride out a restarting proxy or a brief 503/429 and far inside every backend's item timeout (DEFAULT_TIMEOUTS).
+    # A choice, not a measurement; a server that stays down is caught by run_plan's liveness check instead.
     def __init__(self, endpoint: Endpoint, concurrency: int = 8, timeouts: Timeouts | None = None, retries: int = 4,
                  backoff_s: float = 0.5):
         if concurrency < 1:  # a semaphore of 0 would wait forever

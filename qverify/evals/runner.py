@@ -23,6 +23,7 @@ from qverify.evals.client import CallResult, Client, StreamTiming, Timeouts, str
 from qverify.evals.store import RunStore
 from qverify.models import BuildManifest, Endpoint, Item, ItemResult, RunManifest, ServingProfile, content_hash, utcnow
 from qverify.suites.base import Suite, item_set_hash
+from qverify.workdir import run_path
 
 
 def replicate_seed(item_id: str, replicate: int, salt: int = 0) -> int:
@@ -79,7 +80,7 @@ class EvalPlan:
     summaries: list[SuiteSummary] = field(default_factory=list)
 
     def store(self, suite: str) -> RunStore:
-        return RunStore(self.runs_root / self.build_id / suite)
+        return RunStore(run_path(self.runs_root, self.build_id, suite))
 
     def pending(self) -> dict[str, list[tuple[Item, int]]]:
         out = {}
@@ -146,6 +147,21 @@ async def _one(client: Client, suite: Suite, item: Item, r: int, salt: int = 0) 
     return ir
 
 
+async def _run_itself(plan: EvalPlan, suite: Suite, endpoint: Endpoint, todo: list[tuple[Item, int]],
+                      writers: dict, advance) -> None:
+    """A suite that requests and scores its own items (Suite.runs_itself; lmeval:<task>): one run() per replicate
+    with pending items, every request of it sampled with that replicate's seed (the same on every build, so
+    replicates pair); only results for pending items are written, so a rerun resumes without duplicates."""
+    n = len(plan.items[suite.name])
+    for r in sorted({r for _, r in todo}):
+        pending = {it.id for it, rr in todo if rr == r}
+        results = await asyncio.to_thread(suite.run, endpoint, r, replicate_seed(suite.name, r, plan.seed_salt), n or None)
+        for ir in results:
+            if ir.item_id in pending:
+                writers[r].append(ir)
+                advance()
+
+
 async def perf_probe(client: Client, suite: Suite, items: list[Item], n: int, salt: int = 0) -> dict[str, float]:
     """TTFT and decode speed from `n` streamed requests sent one at a time (an unloaded server).
 
@@ -197,7 +213,10 @@ async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str]
                                      completed=len(plan.items[suite.name]) * plan.replicates - len(todo))
                 writers = {r: st.writer(r).__enter__() for r in range(plan.replicates)}
                 try:
-                    for coro in asyncio.as_completed([_one(client, suite, it, r, plan.seed_salt) for it, r in todo]):
+                    if suite.runs_itself:
+                        await _run_itself(plan, suite, endpoint, todo, writers, lambda t=task: prog.advance(t))
+                    for coro in asyncio.as_completed([] if suite.runs_itself else
+                                                     [_one(client, suite, it, r, plan.seed_salt) for it, r in todo]):
                         ir = await coro
                         writers[ir.replicate].append(ir)
                         prog.advance(task)
@@ -247,12 +266,16 @@ def summarize(st: RunStore, suite: Suite, m: RunManifest) -> SuiteSummary:
     """The summary of a closed run, read from disk; writes nothing (a complete eval is a no-op)."""
     allres = st.all_results()
     errors = sum(1 for rs in allres.values() for r in rs if r.error)
+    metric = suite.primary_metric
+    if suite.runs_itself and not any(metric in x.scores for rs in allres.values() for x in rs):
+        # lm-eval names a task's metrics only when it scores (LmEvalSuite._to_results): the stored results say
+        metric = next((k for rs in allres.values() for x in rs for k in x.scores), metric)
     rep_means = []
     for r in sorted(allres):
-        vals = [x.scores[suite.primary_metric] for x in allres[r] if x.error is None and suite.primary_metric in x.scores]
+        vals = [x.scores[metric] for x in allres[r] if x.error is None and metric in x.scores]
         if vals:
             rep_means.append(sum(vals) / len(vals))
-    return SuiteSummary(suite=suite.name, metric=suite.primary_metric,
+    return SuiteSummary(suite=suite.name, metric=metric,
                         mean=statistics.fmean(rep_means) if rep_means else None, replicate_means=rep_means,
                         errors=errors, results=sum(len(rs) for rs in allres.values()), complete=m.complete,
                         tokens_per_s=m.perf.get("decode_tok_per_s_per_request"), accept_length=m.perf.get("accept_length"),

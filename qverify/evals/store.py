@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qverify.models import ItemResult, RunManifest
+from qverify.workdir import run_path
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -115,7 +116,7 @@ class RunStore:
 
 
 def load_run(runs_root: Path, build_id: str, suite: str) -> tuple[RunManifest | None, dict[int, list[ItemResult]]]:
-    store = RunStore(runs_root / build_id / suite)
+    store = RunStore(run_path(runs_root, build_id, suite))
     return store.read_manifest(), store.all_results()
 
 

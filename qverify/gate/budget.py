@@ -33,6 +33,7 @@ from qverify.config import parse_budget
 from qverify.errors import BadInput
 from qverify.gate.boundaries import SPEND_GAMMA, LookLevels, nominal_levels
 from qverify.models import CandidateReport, GateReport, MetricResult, content_hash
+from qverify.workdir import sequence_path
 
 MAX_LOOKS = 8
 EvalFn = Callable[[list[str], dict[str, int]], list[dict[str, int]]]  # (build ids, {suite: items}) -> per build, items its runs now have
@@ -147,7 +148,7 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
     if not plan.extra_builds:  # sequences planned before twins existed keep their ids (and resume)
         key.pop("extra_builds")
     seq_id = "seq-" + content_hash({"baseline": baseline, "candidates": candidates, "plan": key}, 12)
-    state_path = root / seq_id / "sequence.json"
+    state_path = sequence_path(root, seq_id)
     looks = _load(state_path)
     state = _State.empty(candidates)
     for lk in looks:

@@ -27,6 +27,8 @@ import warnings
 
 import numpy as np
 
+from qverify.gate.pairwise import f1_score, is_binary  # noqa: F401  (is_binary: qverify.gate.assemble reads it here)
+
 
 def item_means(x: np.ndarray) -> np.ndarray:
     """Mean over each item's replicates (NaN: none); an all-NaN row is expected, not a warning."""
@@ -42,10 +44,6 @@ def mean_diffs(b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     db, dc = item_means(b), item_means(c)
     rows = ~np.isnan(db) & ~np.isnan(dc)
     return dc[rows] - db[rows], rows
-
-
-def is_binary(*xs: np.ndarray) -> bool:
-    return all(np.isin(x[~np.isnan(x)], (0.0, 1.0)).all() for x in xs)
 
 
 def is_unit(*xs: np.ndarray) -> bool:
@@ -86,20 +84,15 @@ def _counts(ref: np.ndarray, pred: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return (r & p).astype(float), (~r & p & ok).astype(float), (r & ~p & ok).astype(float), ok
 
 
-def _f1(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> np.ndarray:
-    den = 2 * tp + fp + fn
-    return np.divide(2 * tp, den, out=np.full(np.shape(den), np.nan), where=den > 0)
-
-
 def f1_with_jackknife(ref: np.ndarray, pred: np.ndarray) -> tuple[float, np.ndarray]:
     """F1 of `pred` against `ref` (1 = tool call) on all items, and with each item left out.
 
-    NaN where F1 is undefined (no tool call in either run). Items missing on either side
+    NaN where F1 is undefined (no tool call in either run: qverify.gate.pairwise.f1_score). Items missing on either side
     contribute nothing, so their leave-one-out value equals the full value.
     """
     tp, fp, fn, _ = _counts(ref, pred)
-    full = float(_f1(tp.sum(), fp.sum(), fn.sum()))
-    loo = _f1(tp.sum() - tp, fp.sum() - fp, fn.sum() - fn)
+    full = float(f1_score(tp.sum(), fp.sum(), fn.sum()))
+    loo = f1_score(tp.sum() - tp, fp.sum() - fp, fn.sum() - fn)
     return full, loo
 
 
@@ -121,8 +114,3 @@ def trigger_f1_diffs(b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, float, f
     pv = n * delta - (n - 1) * loo
     # centred on the plug-in Delta (their own mean is the bias-corrected one): the SE is the same
     return pv - pv.mean() + delta, fb, fc
-
-
-def pair_matrix(values: dict[tuple[int, int], np.ndarray], pairs: list[tuple[int, int]], n: int) -> np.ndarray:
-    """n x len(pairs) from per-pair item vectors (missing pair -> NaN column)."""
-    return np.column_stack([values.get(p, np.full(n, np.nan)) for p in pairs]) if pairs else np.full((n, 0), np.nan)

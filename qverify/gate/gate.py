@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qverify.config import MetricRule, QVerifyConfig
+from qverify.config import ALPHA, MetricRule, QVerifyConfig
 from qverify.errors import ExitCode
 from qverify.evals.store import atomic_write_text
 from qverify.gate.assemble import suite_metrics
@@ -27,7 +27,7 @@ from qverify.workdir import Workdir
 
 
 def gate_candidate(build_id: str, recipe: str, base_runs: dict[str, RunData], cand_runs: dict[str, RunData],
-                   rules: dict[str, MetricRule], alpha: float = 0.05, noise_k: float | None = None,
+                   rules: dict[str, MetricRule], alpha: float = ALPHA, noise_k: float | None = None,
                    integrity: list[str] | None = None, look: LookLevels | None = None,
                    match_ref: MatchReference | None = None) -> CandidateReport:
     """Gate one candidate on the suites present on both sides (runs already checked comparable); at a look of

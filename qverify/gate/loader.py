@@ -16,6 +16,7 @@ from qverify.evals.store import RunStore
 from qverify.gate.metrics import specs_for_suite
 from qverify.gate.pairwise import output_signature
 from qverify.models import ItemResult, RunManifest
+from qverify.workdir import run_path
 
 
 @dataclass
@@ -90,7 +91,7 @@ def from_results(build_id: str, suite: str, manifest: RunManifest | None, result
 
 
 def load(runs_root: Path, build_id: str, suite: str) -> RunData:
-    store = RunStore(runs_root / build_id / suite)
+    store = RunStore(run_path(runs_root, build_id, suite))
     statistics = {s.statistic for s in specs_for_suite(suite)}  # what the suite's gate metrics are computed from
     data = from_results(build_id, suite, store.read_manifest(), store.all_results(), keep_logprobs="kld" in statistics,
                         keep_outputs="match" in statistics)

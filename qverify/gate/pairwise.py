@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from scipy import stats as sps
@@ -34,6 +34,13 @@ def flip_counts(b: np.ndarray, c: np.ndarray) -> tuple[int, int]:
     lost = int((_all(b, 1.0) & _all(c, 0.0)).sum())
     gained = int((_all(b, 0.0) & _all(c, 1.0)).sum())
     return lost, gained
+
+
+def flip_direction(b: list[float], c: list[float]) -> Literal["regressed", "improved"] | None:
+    """One item's flip, by flip_counts' rule (the one definition the release review's flips also use): its
+    scores over the baseline's and the candidate's replicates."""
+    lost, gained = flip_counts(np.array([b], float), np.array([c], float))
+    return "regressed" if lost else "improved" if gained else None
 
 
 def self_flip_rate(b: np.ndarray, max_splits: int = 20, seed: int = 0) -> float | None:
@@ -77,10 +84,16 @@ def mcnemar_p(lost: int, gained: int) -> float:
 # --------------------------------------------------------------------------- K2VV trigger-F1
 
 
-def f1_score(tp: float, fp: float, fn: float) -> float:
-    """F1 of the positive class; two runs that never call a tool agree perfectly (1.0)."""
-    den = 2 * tp + fp + fn
-    return 1.0 if den == 0 else 2 * tp / den
+def f1_score(tp: float | np.ndarray, fp: float | np.ndarray, fn: float | np.ndarray) -> float | np.ndarray:
+    """F1 of the positive class (a tool call), elementwise: 2 tp / (2 tp + fp + fn).
+
+    The one definition, for the gate's jackknife (qverify.gate.design) and the K2VV floor here. Undefined
+    (NaN) when neither run calls a tool (tp + fp + fn = 0): two runs that never call agree on nothing F1 can
+    measure, so it is not 1.0; the gate refuses trigger-F1 then (qverify.gate.assemble), and a floor over such a
+    pair is None."""
+    den = 2 * np.asarray(tp, float) + fp + fn
+    out = np.divide(2 * np.asarray(tp, float), den, out=np.full(np.shape(den), np.nan), where=den > 0)
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def trigger_counts(ref: np.ndarray, pred: np.ndarray) -> dict[str, int]:
@@ -100,15 +113,11 @@ def f1_between(b: np.ndarray) -> list[float]:
     return [trigger_f1(b[:, k], b[:, l]) for k, l in itertools.combinations(range(b.shape[1]), 2)]
 
 
-def f1_cross(b: np.ndarray, c: np.ndarray) -> list[float]:
-    """F1 of each candidate run against each baseline run as the reference."""
-    return [trigger_f1(b[:, k], c[:, j]) for j in range(c.shape[1]) for k in range(b.shape[1])]
-
-
 def f1_floor(b: np.ndarray, margin: float) -> float | None:
-    """K2VV's bar: the lowest F1 between baseline runs, minus a margin (75.81% -> 73% there)."""
+    """K2VV's bar: the lowest F1 between baseline runs, minus a margin (75.81% -> 73% there); None without a
+    pair, or when some pair's F1 is undefined (f1_score)."""
     pairs = f1_between(b)
-    return min(pairs) - margin if pairs else None
+    return min(pairs) - margin if pairs and not np.isnan(pairs).any() else None
 
 
 # --------------------------------------------------------------------------- KL divergence

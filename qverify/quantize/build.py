@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from qverify.errors import BadInput, InfraError
@@ -32,6 +31,7 @@ from qverify.quantize.loader import DRAFTER_DIR, VerifyReport, verify_build
 from qverify.quantize.recipe import LoadedRecipe, load_recipe
 from qverify.quantize.shipped import drop_shipped_modules, merge_shipped, read_shipped
 from qverify.quantize.source import carry_files, check_model_dir, copy_model, copy_tokenizer, needs_remote_code
+from qverify.versions import BUILD_PACKAGES, package_versions
 from qverify.workdir import Workdir, is_build, manifest_path
 
 OnStage = Callable[[str, float | None], None]
@@ -45,16 +45,6 @@ class BuildResult:
     reused: bool
     seconds: dict[str, float] = field(default_factory=dict)
     verify: VerifyReport | None = None
-
-
-def versions() -> dict[str, str]:
-    out = {}
-    for pkg in ("qverify", "torch", "transformers", "llmcompressor", "compressed-tensors"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = "missing"
-    return out
 
 
 def _resolve_drafter(model: Path, drafter: Path | None, recipe: LoadedRecipe) -> Path | None:
@@ -133,7 +123,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
         if rec.target or rec.drafter:
             calib = load_calibration(calib_data, calib_samples or rec.calibration.samples,
                                      calib_seq_len or rec.calibration.seq_len)
-        vers = versions()
+        vers = package_versions(BUILD_PACKAGES)
         key = {"source": source_hash, "drafter": drafter_hash, "recipe": rec.digest, "versions": vers,
                "calibration": calib.describe() | {"source": None} if calib else None}
         if trust_remote_code:  # only when set, so ids of existing builds do not change

@@ -27,11 +27,6 @@ _CT_NAME = re.compile(r"^model\.layers\.(\d+)\.self_attn\.([kv])_scale$")
 FP8_E4M3_MAX = 448.0
 
 
-def ct_kv_scale_names(layer: int) -> tuple[str, str]:
-    """compressed-tensors' (k_scale, v_scale) tensor names for one decoder layer."""
-    return (f"model.layers.{layer}.self_attn.k_scale", f"model.layers.{layer}.self_attn.v_scale")
-
-
 def sglang_kv_scale_name(layer: int) -> str:
     """The tensor name SGLang 0.5.23's DeepSeek loader maps onto the MLA attention's single KV scale."""
     return f"model.layers.{layer}.self_attn.k_proj.k_scale"

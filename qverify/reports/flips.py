@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
+from qverify.gate.pairwise import flip_direction, is_binary
 from qverify.models import ItemResult
 from qverify.reports.bundle import GateBundle, SuiteRun
 
@@ -40,7 +43,7 @@ def binary_metric(suite: str, runs: list[SuiteRun]) -> str | None:
             for r in rs:
                 for k, v in r.scores.items():
                     values.setdefault(k, set()).add(float(v))
-    binary = [k for k, vs in values.items() if vs <= {0.0, 1.0} and "@" not in k]
+    binary = [k for k, vs in values.items() if is_binary(np.array(sorted(vs))) and "@" not in k]
     prim = _primary(suite)
     if prim in binary:
         return prim
@@ -67,11 +70,9 @@ def flipped(bundle: GateBundle, cand_id: str, limit: int = 6) -> list[Flip]:
             b, c = _scored(b_items[item_id], metric), _scored(c_items[item_id], metric)
             if not b or not c:
                 continue
-            b_ok, c_ok = [r.scores[metric] == 1.0 for r in b], [r.scores[metric] == 1.0 for r in c]
-            if all(b_ok) and not any(c_ok):
-                out.append(Flip(suite, item_id, metric, "regressed", b[0], c[0]))
-            elif not any(b_ok) and all(c_ok):
-                out.append(Flip(suite, item_id, metric, "improved", b[0], c[0]))
+            direction = flip_direction([r.scores[metric] for r in b], [r.scores[metric] for r in c])
+            if direction is not None:
+                out.append(Flip(suite, item_id, metric, direction, b[0], c[0]))
     # regressions first, taking each suite in turn so one suite cannot fill the page
     by_suite: dict[tuple[str, str], list[Flip]] = {}
     for f in out:
@@ -82,13 +83,6 @@ def flipped(bundle: GateBundle, cand_id: str, limit: int = 6) -> list[Flip]:
         while any(queues):
             ordered += [q.pop(0) for q in queues if q]
     return ordered[:limit]
-
-
-def flip_counts(bundle: GateBundle, cand_id: str) -> dict[str, int]:
-    n = {"regressed": 0, "improved": 0}
-    for f in flipped(bundle, cand_id, limit=10**9):
-        n[f.direction] += 1
-    return n
 
 
 def response_text(r: ItemResult, limit: int = 1500) -> str:

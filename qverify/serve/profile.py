@@ -58,16 +58,6 @@ def builtin_profiles() -> Registry[Path]:
     return reg
 
 
-def describe_profiles() -> list[dict[str, Any]]:
-    """Name, backend, tp and description of each built-in profile (for listings)."""
-    rows = []
-    for name, path in builtin_profiles().items():
-        raw = yaml.safe_load(path.read_text()) or {}
-        rows.append({"name": name, "backend": raw.get("backend", "local"), "tp": raw.get("tp", 1),
-                     "description": raw.get("description", "")})
-    return rows
-
-
 def load_profile(name_or_path: str | Path) -> ServingProfile:
     """A built-in profile by name, or a YAML file by path; anything invalid is one-line BadInput."""
     text = str(name_or_path)

@@ -9,17 +9,24 @@ from __future__ import annotations
 import hashlib
 import random
 from abc import ABC, abstractmethod
-from collections import defaultdict
-from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from qverify.errors import InfraError
-from qverify.models import Item, ItemResult, Response, Sampling, Score, content_hash
+from qverify.models import (
+    Endpoint,
+    Item,
+    ItemResult,
+    Response,
+    Sampling,
+    Score,
+    Split,
+    canonical_split,  # noqa: F401  (re-exported: the suites import it from here)
+    content_hash,
+)
 from qverify.registry import Registry
 from qverify.suites.metric_spec import MetricSpec
 
-Split = Literal["train", "validation", "test"]
-SPLITS: tuple[str, ...] = ("train", "validation", "test")
 TokenCounter = Callable[[str], int]
 
 # Of each generator's key space: test [0, 0.1), validation [0.1, 0.2), train the rest. The train
@@ -27,14 +34,6 @@ TokenCounter = Callable[[str], int]
 # warm-started from it has seen no validation or test key.
 TEST_FRACTION = 0.1
 VALIDATION_FRACTION = 0.1
-
-
-def canonical_split(split: str) -> Split:
-    """'held-out' (the name before validation and test were separated) means test."""
-    split = "test" if split == "held-out" else split
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r} (one of {', '.join(SPLITS)})")
-    return split  # type: ignore[return-value]
 
 
 def split_of(key: str) -> Split:
@@ -56,7 +55,9 @@ def split_rng(suite: str, split: Split, seed: int) -> random.Random:
 
 
 def approx_tokens(text: str) -> int:
-    """Fallback token count when no tokenizer is given (~3.2 chars/token for code-like text)."""
+    """Fallback token count when no tokenizer is given: ~3.2 characters per token for code-like text, a rule of
+    thumb (BPE tokenizers give 3-4 on English and code), not measured here; suites that size prompts by tokens get
+    the build's real tokenizer (pipeline.token_counter) whenever a build is evaluated."""
     return max(1, round(len(text) / 3.2))
 
 
@@ -75,6 +76,9 @@ class Suite(ABC):
     gate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # what the gate decides on, declared with the suite
 
     runs_model_code: ClassVar[bool] = False  # True: scoring executes model output (needs the sandbox)
+    # True: the suite sends and scores its own requests through run() (lmeval:<task>: lm-eval does both);
+    # the runner (qverify.evals.runner.run_plan) calls run() per replicate instead of request() + score() per item
+    runs_itself: ClassVar[bool] = False
 
     def __init__(self, count_tokens: TokenCounter | None = None, **options: Any):
         self.count_tokens = count_tokens or approx_tokens
@@ -121,6 +125,10 @@ class Suite(ABC):
     def score(self, item: Item, response: Response) -> Score:
         """Score one response. Must not raise on any model output."""
 
+    def run(self, endpoint: Endpoint, replicate: int = 0, seed: int = 0, limit: int | None = None) -> list[ItemResult]:
+        """One replicate of every item (the first `limit`), requested and scored by the suite itself (runs_itself)."""
+        raise NotImplementedError(f"suite {self.name} is run item by item (runs_itself is False)")
+
     def safe_score(self, item: Item, response: Response) -> Score:
         try:
             return self.score(item, response)
@@ -128,15 +136,6 @@ class Suite(ABC):
             raise
         except Exception as e:  # a scorer bug must not kill a run; it is a scored failure with the reason
             return Score(values={self.primary_metric: 0.0}, reason=f"scorer error: {type(e).__name__}: {e}")
-
-    def aggregate(self, results: Iterable[ItemResult]) -> dict[str, float]:
-        """Mean of each per-item value over scored (non-error) results."""
-        sums: dict[str, list[float]] = defaultdict(list)
-        for r in results:
-            if r.error is None:
-                for k, v in r.scores.items():
-                    sums[k].append(v)
-        return {k: sum(v) / len(v) for k, v in sorted(sums.items())}
 
 
 def item_set_hash(items: list[Item]) -> str:

@@ -77,6 +77,9 @@ class KLDSuite(Suite):
         # dial on qverify-tiny (docs/gate.md): KL 0.010 came with toolcall -3 points, 0.039 with -9
         MetricSpec("kld/kld", "kld", "kld", direction="lower", tolerance=0.01, statistic="kld",
                    doc="mean KL(baseline || candidate) minus the baseline's own run-to-run KL"),
+        # same_top and dp_rms are reported, not gated: their tolerances are policy choices that only colour the
+        # report. dp_rms 0.02 sits between llama.cpp's published Llama-3-8B q8_0 (RMS dp 1.2%) and q4_K_M (5.5%);
+        # same_top 0.05 is five points of top-token agreement, chosen alongside it (no published anchor).
         MetricSpec("kld/same_top", "kld", "same_top", tolerance=0.05, statistic="kld", gated=False),
         MetricSpec("kld/dp_rms", "kld", "dp_rms", direction="lower", tolerance=0.02, statistic="kld", gated=False),
     )

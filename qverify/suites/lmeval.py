@@ -1,11 +1,13 @@
 """lmeval:<task>: any lm-evaluation-harness task against the served endpoint, gated like any suite.
 
 lm-eval owns prompts, requests and scoring here, so this suite does not use the generic
-per-item request path. Call `run(endpoint, replicate, seed, limit)` instead: it runs
-`lm_eval.simple_evaluate` (`local-chat-completions` or `local-completions`,
-`log_samples=True`) and turns each logged sample into an ItemResult whose `scores` are
-lm-eval's per-sample metric values, so the gate pairs and tests them item by item.
-Runners should branch on `suite.runs_itself`.
+per-item request path: it sets `runs_itself`, and the runner (qverify.evals.runner) calls
+`run(endpoint, replicate, seed, limit)` once per replicate. That runs `lm_eval.simple_evaluate`
+(`local-chat-completions` or `local-completions`, `log_samples=True`) and turns each logged
+sample into an ItemResult whose `scores` are lm-eval's per-sample metric values, so the gate
+pairs and tests them item by item. Its runs are filed as runs/<build>/lmeval:<task>; options
+(include_path for a custom task folder, api, num_fewshot, ...) come from qverify.toml's
+`[suite_options."lmeval:<task>"]`, and its items from `--source lm-eval`.
 
 Item ids are stable: a hash of (task name, lm-eval's doc_hash), so they pair across
 builds and replicates; fewshot sampling keeps lm-eval's fixed default seed for the same
@@ -100,6 +102,7 @@ class LmEvalSuite(Suite):
         self.num_fewshot, self.gen_kwargs = num_fewshot, gen_kwargs
         self.num_concurrent, self.max_retries, self.timeout_s = num_concurrent, max_retries, timeout_s
         self.version = f"{ADAPTER_VERSION}:{task}"  # the task's own version goes into each result's metadata
+        self.name = f"lmeval:{task}"  # one run per task: the plan, the store and the results all key by it
         self._metric_chosen = bool(metric)
         if metric:
             self.primary_metric = metric
@@ -107,7 +110,7 @@ class LmEvalSuite(Suite):
 
     @property
     def suite_name(self) -> str:
-        return f"lmeval:{self.task}"
+        return self.name
 
     # -- lm-eval plumbing ------------------------------------------------------------
     def _task_manager(self):
@@ -255,5 +258,5 @@ class LmEvalSuite(Suite):
         return {"lm-eval": f"the documents of lm-eval task {self.task}"}
 
     def score(self, item: Item, response: Response) -> Score:
-        # never reached through `run`; lm-eval scores its own samples
-        return Score(values={}, reason="lmeval items are scored by lm-eval inside LmEvalSuite.run")
+        # lm-eval scores its own samples inside run(); a per-item score here would be an empty, silent pass
+        raise NotImplementedError("lmeval items are scored by lm-eval inside LmEvalSuite.run (runs_itself)")

@@ -123,6 +123,22 @@ def test_resume_after_killing_the_server(bf16_build, tmp_path):
     _check_complete(store, 6, 2)
 
 
+def test_piped_eval_output_reads_at_80_columns(bf16_build, tmp_path):
+    """`qverify eval ... | tee log`: stdout is not a terminal, so the summary is plain lines within 80 columns
+    with every name and number whole (rich's table cut them to "toolc…", "exact…", "0.575…")."""
+    wd = tmp_path / "wd"
+    (wd / "builds").mkdir(parents=True)
+    os.symlink(bf16_build.build_dir, wd / "builds" / bf16_build.manifest.build_id)
+    r = subprocess.run(_cli(wd, bf16_build.manifest.build_id, "--suites", "toolcall", "--limit", "4", "--replicates", "2"),
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "80"}, check=False)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines and max(map(len, lines)) <= 80 and "…" not in r.stdout, r.stdout
+    m = RunStore(wd / "runs" / bf16_build.manifest.build_id / "toolcall").read_manifest()
+    assert m is not None and m.complete
+    assert "toolcall" in r.stdout and "metric: exact_call" in r.stdout and "complete: yes" in r.stdout, r.stdout
+
+
 @pytest.fixture(scope="module")
 def served(bf16_build, tmp_path_factory):
     backend = LocalBackend(bf16_build.build_dir, bf16_build.manifest, ServingProfile(), tmp_path_factory.mktemp("logs"))

@@ -251,3 +251,48 @@ def test_cli_exit_codes_json_and_table(wd):
     assert "coding/pass@1" in p.stdout and "FAIL" in p.stdout and "run SD" in p.stdout  # piped: the compact summary
     p = _cli(wd, "--baseline", "base")
     assert p.returncode == 4 and "go together" in p.stderr
+
+
+def test_cli_takes_a_build_as_a_directory_or_a_recipe_name(wd, tmp_path):
+    """One resolver (Workdir.resolve_build) for every command: the gate takes build directories (it used to refuse
+    them: "its build.json says build_id ... the build dir was renamed or copied") and recipe names, and decides
+    exactly as on the ids."""
+    by_id = _cli(wd, "--baseline", "base", "--candidate", "large", "--suites", "coding", "--json")
+    by_dir = _cli(wd, "--baseline", str(wd / "builds" / "base"), "--candidate", str(wd / "builds" / "large"),
+                  "--suites", "coding", "--json")
+    assert by_id.returncode == by_dir.returncode == 1, by_dir.stderr
+    a, b = GateReport.model_validate(json.loads(by_id.stdout)), GateReport.model_validate(json.loads(by_dir.stdout))
+    assert (b.baseline, [c.build_id for c in b.candidates]) == ("base", ["large"])
+    assert [m.model_dump() for m in a.candidates[0].metrics] == [m.model_dump() for m in b.candidates[0].metrics]
+    from qverify.workdir import Workdir
+
+    w = Workdir.at(wd)
+    assert w.resolve_build_id("small") == w.resolve_build_id(wd / "builds" / "small") == "small"
+    synth.write_build(tmp_path / "builds", "0123abcd", recipe="fp8kv")  # a recipe name that is no id prefix
+    assert Workdir.at(tmp_path).resolve_build("fp8kv")[1].build_id == "0123abcd"
+
+
+
+@pytest.mark.parametrize("base, cands, suites", [
+    ("base", ["aa", "small", "large"], ["coding", "toolcall"]),
+    ("vbase", ["vaa", "vnocall"], ["verifier"]),
+    ("kbase", ["knear", "kfar"], ["kld"]),
+])
+def test_a_one_look_plan_decides_as_the_fixed_gate(wd, base, cands, suites):
+    """The budgeted gate's machinery at a plan of one look (all alpha spent at once, Holm over the build's gated
+    metrics) gives the fixed gate's verdict on every metric: the evidence that the fixed gate can become a
+    one-look plan of one flow (issue #30) without changing a decision."""
+    from qverify.gate.budget import make_plan
+
+    cfg = QVerifyConfig()
+    fixed = _gate(wd, base, cands, suites)
+    family = {c.build_id: sum(m.gated for m in c.metrics) for c in fixed.candidates}
+    plan = make_plan(suites, {s: N for s in suites}, K, 1 + len(cands), cfg.alpha, "1h", time_looks=1)
+    assert plan.looks == 1
+    one = run_gate(wd, base, cands, suites, cfg, write=False, look=plan.look_levels(1, family))
+
+    def verdicts(r: GateReport):
+        return [(c.build_id, c.verdict, [(m.metric, m.verdict) for m in c.metrics]) for c in r.candidates]
+
+    assert verdicts(one) == verdicts(fixed)
+    assert {c.verdict for c in fixed.candidates} >= {"PASS", "FAIL"} or base != "base"  # both outcomes exercised

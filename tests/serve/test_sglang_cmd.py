@@ -201,12 +201,6 @@ def test_the_validator_can_fail(sglang_parser, tmp_path):
         sglang_parser(backend(build_dir, manifest, bad_algo, tmp_path).node_commands(secret="")[0])
 
 
-@pytest.mark.skip(reason="SGLang's resolve_once() imports torchvision and needs the checkpoint and a GPU; "
-                         "benchmarks/gpu/sglang_smoke.sh launches the real command instead")
-def test_full_resolution():
-    pass
-
-
 @pytest.mark.parametrize("text, message", [
     ("backend: sglang\nflags: {mem_fraction: 0.8}", "unknown key 'flags.mem_fraction'"),
     ("backend: sglang\ntp: four", "tp:"),

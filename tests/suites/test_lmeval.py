@@ -78,3 +78,39 @@ def test_http_error_aborts_with_infra_error(stub_openai):
 def test_unknown_task_is_bad_input():
     with pytest.raises(BadInput, match="did you mean 'qverify_tiny_qa'"):
         get_suite("lmeval:qverify_tiny_q", include_path=str(TASK_DIR)).items()
+
+
+def test_qverify_eval_runs_an_lmeval_task_end_to_end(stub_openai, tmp_path):
+    """`qverify eval BUILD --suites lmeval:<task>` through the CLI: the runner hands the suite to lm-eval
+    (runs_itself), files it as runs/<build>/lmeval:<task> with lm-eval's per-sample scores, summarises the
+    task's metric, and a rerun is a no-op. The build is a manifest only: an endpoint needs no weights."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from qverify.evals.store import RunStore
+    from tests import synth
+
+    wd = tmp_path / "wd"
+    synth.write_build(wd / "builds", "b0", recipe="b0")
+    cfg = tmp_path / "qverify.toml"
+    cfg.write_text(f'[suite_options."lmeval:{TASK}"]\ninclude_path = "{TASK_DIR}"\n')
+    args = [sys.executable, "-m", "qverify", "--workdir", str(wd), "--json", "eval", "b0", "--config", str(cfg),
+            "--suites", f"lmeval:{TASK}", "--source", "lm-eval", "--replicates", "2",
+            "--backend", "endpoint", "--endpoint", stub_openai.base_url]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # this checkout's qverify
+    for attempt in range(2):
+        n_before = len(stub_openai.requests)
+        r = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=TASK_DIR, env=env, check=False)
+        assert r.returncode == 0, r.stderr[-3000:]
+        (summary,) = json.loads(r.stdout)
+        assert summary["suite"] == f"lmeval:{TASK}" and summary["metric"] == "exact_match" and summary["complete"]
+        assert summary["mean"] == pytest.approx(5 / 7)  # the stub knows 5 of the 7 answers
+        assert len(stub_openai.requests) - n_before == (14 if attempt == 0 else 0)  # 7 documents x 2; then a no-op
+    store = RunStore(wd / "runs" / "b0" / f"lmeval:{TASK}")
+    m = store.read_manifest()
+    assert m.complete and m.n_items == 7 and m.replicates == 2 and m.source == "lm-eval"
+    for rep in (0, 1):
+        res = store.results(rep)
+        assert len(res) == 7 and all(x.scores and x.suite == f"lmeval:{TASK}" for x in res)

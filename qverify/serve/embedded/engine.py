@@ -30,7 +30,10 @@ from qverify.serve.embedded.sampler import batch_params, logprob_rows, sample
 
 __all__ = ["Engine", "GenRequest", "GenResult"]
 
-KEEP_PROMPTS = 64  # finished prompts kept for reuse (replicates that arrive after their siblings finished)
+# finished prompts kept for reuse (replicates that arrive after their siblings finished). 64: a choice, not tuned
+# or measured; the runner sends an item's replicates adjacent (qverify.evals.runner), so a late replicate usually
+# finds its prompt among the last few dozen finished.
+KEEP_PROMPTS = 64
 
 
 @dataclass
