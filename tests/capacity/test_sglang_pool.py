@@ -85,3 +85,15 @@ def test_an_eagle3_head_adds_its_weights_and_one_layer_of_kv(kimi):
     assert with_head.kv_tokens_per_replica == sglang_tokens(with_head, draft_layers=1)
     assert with_head.weights_per_gpu_bytes > bare.weights_per_gpu_bytes + with_head.drafter_weights_bytes // 4
     assert with_head.kv_tokens_per_replica < bare.kv_tokens_per_replica
+
+
+def test_the_reports_projection_uses_the_production_profiles_fraction():
+    """The review report's "sessions at 100k" comes from the kimi-k2.6 profile's mem_fraction_static (0.85)."""
+    from types import SimpleNamespace
+
+    from qverify.reports.facts import BuildFacts, _project
+
+    rows = [BuildFacts(build_id="b", recipe="fp8kv_nvfp4shared", weights_bytes=None, kv_dtype=None, kv_bytes_per_token=None)]
+    _project(SimpleNamespace(gate=SimpleNamespace(config={"capacity": {"tp": 4}})), rows)
+    assert rows[0].projection["tp"] == 4 and rows[0].projection["sessions"] == 3
+    assert 290_000 <= rows[0].projection["kv_tokens_per_replica"] <= 350_000
