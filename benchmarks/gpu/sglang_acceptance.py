@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Self
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -174,7 +175,7 @@ class Served:
     def __init__(self, run: Run, build_id: str, prof: Path):
         self.run, self.build_id, self.prof = run, build_id, prof
 
-    def __enter__(self) -> Served:
+    def __enter__(self) -> Self:
         out = self.run.work / f"serve-{self.prof.stem}.json"
         out.unlink(missing_ok=True)
         cmd = [self.run.qv_python, "-m", "qverify", "--workdir", str(self.run.work / "wd"), "--json", "serve",
@@ -328,13 +329,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="every step that needs no GPU, at tiny size")
     ap.add_argument("--workdir", default=os.environ.get("WORKDIR") or f"/tmp/qverify-acceptance-{os.getpid()}")
-    ap.add_argument("--port", type=int, default=int(os.environ.get("PORT", 30571)))
-    ap.add_argument("--tp", type=int, default=int(os.environ.get("TP", 1)))
+    ap.add_argument("--port", type=int, default=int(os.environ.get("PORT", "30571")))
+    ap.add_argument("--tp", type=int, default=int(os.environ.get("TP", "1")))
     ap.add_argument("--sm100", action="store_true", default=os.environ.get("SM100") == "1",
                     help="force --attention-backend trtllm_mla (B200's default for DeepSeek/Kimi)")
-    ap.add_argument("--limit", type=int, default=int(os.environ.get("LIMIT", 8)))
-    ap.add_argument("--replicates", type=int, default=int(os.environ.get("REPLICATES", 2)))
-    ap.add_argument("--ready-timeout", type=float, default=float(os.environ.get("READY_TIMEOUT", 1800)))
+    ap.add_argument("--limit", type=int, default=int(os.environ.get("LIMIT", "8")))
+    ap.add_argument("--replicates", type=int, default=int(os.environ.get("REPLICATES", "2")))
+    ap.add_argument("--ready-timeout", type=float, default=float(os.environ.get("READY_TIMEOUT", "1800")))
     args = ap.parse_args(argv)
     run = Run(args)
     if not run.dry and not os.environ.get("MODEL_DIR"):

@@ -134,13 +134,13 @@ def plan(
 
     assumptions = [
         f"HBM per {spec.name} GPU = {spec.hbm_bytes / GB:g} GB ({spec.source}); 1 GB = 10^9 bytes.",
-        f"SGLang's pool per GPU (mem_cache/kv_cache_configurator.py): free after load - pre-load free x (1 - "
-        f"mem_fraction_static {fraction:g}, {source}) - multimodal cache; pre-load free = HBM - CUDA context/NCCL "
-        f"{cuda_ctx / GIB:.2f} GiB (" + ("assumed, not measured; --cuda-context-gb replaces it)." if cuda_context_gb is None
-                                          else "given).") + (" Multimodal: 100 MiB (SGLANG_VLM_CACHE_SIZE_MB)." if multimodal else ""),
-        f"Weights split evenly over the {tp} TP rank(s), except what SGLang replicates on every rank (MLA "
-        f"fused_qkv_a_proj_with_mqa, router, norms, the vision tower's MLPs and projector, an EAGLE3 head's fc): "
-        f"{replicated / GB:.2f} GB, {extra / GB:.2f} GB per GPU over an even split.",
+        (f"SGLang's pool per GPU (mem_cache/kv_cache_configurator.py): free after load - pre-load free x (1 - "
+         f"mem_fraction_static {fraction:g}, {source}) - multimodal cache; pre-load free = HBM - CUDA context/NCCL "
+         f"{cuda_ctx / GIB:.2f} GiB (" + ("assumed, not measured; --cuda-context-gb replaces it)." if cuda_context_gb is None
+                                          else "given).") + (" Multimodal: 100 MiB (SGLANG_VLM_CACHE_SIZE_MB)." if multimodal else "")),
+        (f"Weights split evenly over the {tp} TP rank(s), except what SGLang replicates on every rank (MLA "
+         f"fused_qkv_a_proj_with_mqa, router, norms, the vision tower's MLPs and projector, an EAGLE3 head's fc): "
+         f"{replicated / GB:.2f} GB, {extra / GB:.2f} GB per GPU over an even split."),
         {"config+recipe": f"Weights estimated from config.json and recipe {qp.name!r}: params per module class x scheme bytes, "
                           "block scales included.",
          "checkpoint": "Weights are the tensor bytes in the checkpoint's safetensors headers.",

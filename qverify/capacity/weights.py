@@ -99,7 +99,7 @@ def vision_params(config: dict[str, Any]) -> tuple[int, int]:
     v = config.get("vision_config")
     if not isinstance(v, dict):
         return 0, 0
-    get = lambda key, default: int(v.get(f"vt_{key}") or v.get(key) or default)  # noqa: E731
+    get = lambda key, default: int(v.get(f"vt_{key}") or v.get(key) or default)
     # defaults: transformers 5.17's Kimi_K25VisionConfig (its docstring checkpoint is moonshotai/Kimi-K2.6)
     h, inter, layers = get("hidden_size", 1152), get("intermediate_size", 4304), get("num_hidden_layers", 27)
     patch = int(v.get("patch_size") or 14)

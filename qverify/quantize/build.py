@@ -25,8 +25,8 @@ from pathlib import Path
 
 from qverify.errors import BadInput, InfraError
 from qverify.models import BuildManifest, content_hash
-from qverify.quantize import manifest as mf
 from qverify.quantize import eagle3_fp8
+from qverify.quantize import manifest as mf
 from qverify.quantize.eagle3 import check_eagle3, is_eagle3
 from qverify.quantize.kv_scales import write_production_scales
 from qverify.quantize.loader import DRAFTER_DIR, VerifyReport, verify_build

@@ -117,7 +117,7 @@ def test_fp8drafter_recipe_builds_an_fp8_eagle3_head_and_records_it(kimi_shaped,
         assert loaded.drafter is None and loaded.info["build_id"] == res.manifest.build_id
 
 
-def test_prequantized_fp8_head_is_carried_and_its_quantization_recorded(kimi_shaped, tmp_path, sglang_parser):
+def test_prequantized_fp8_head_is_carried_and_its_quantization_recorded(kimi_shaped, tmp_path, sglang_parser):  # noqa: F811
     from qverify.quantize import build
     from qverify.serve import get_backend
     from qverify.serve.profile import load_profile

@@ -13,7 +13,7 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType, SimpleNamespace
-from typing import List, Optional
+from typing import Optional
 
 import torch
 
@@ -62,7 +62,8 @@ def _cut_module_fns(module: str, names: list[str], scope: dict) -> dict:
 
 def should_ignore_layer(layer_name: str, ignore: list[str]) -> bool:
     """compressed_tensors/utils.py `should_ignore_layer`, with SGLang's fused-module mapping for these heads."""
-    scope = {"re": re, "Iterable": Iterable, "Mapping": Mapping, "List": List, "Optional": Optional,
+    scope = {"re": re, "Iterable": Iterable, "Mapping": Mapping, "List": list,  # SGLang annotates with typing.List
+             "Optional": Optional,
              "MappingProxyType": MappingProxyType}
     fns = _cut_module_fns(CT_UTILS, ["should_ignore_layer", "check_equal_or_regex_match", "_is_equal_or_regex_match"], scope)
     return fns["should_ignore_layer"](layer_name, ignore=ignore, fused_mapping=FUSED)

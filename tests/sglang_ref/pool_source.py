@@ -88,7 +88,7 @@ def eagle_draft_cell(cell_size: int, draft_num_layers: int, num_layers: int) -> 
         raise LookupError("DefaultPoolConfigurator.__init__ no longer prices the EAGLE draft as cell * layers ratio")
     env = {"self": SimpleNamespace(_cell_size=cell_size), "draft_num_layers": draft_num_layers,
            "num_layers": num_layers, "int": int}
-    return eval(compile(ast.Expression(node.value), str(sglang_file(POOLS)), "eval"), env)  # noqa: S307 -- SGLang's own expression
+    return eval(compile(ast.Expression(node.value), str(sglang_file(POOLS)), "eval"), env)
 
 
 def default_mem_fraction(gpu_mem_mib: float, reserved_mib: float) -> float:
