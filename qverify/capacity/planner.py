@@ -1,7 +1,7 @@
-"""plan(): weights per GPU, free HBM, KV tokens per replica and sessions at a context length.
+"""plan(): weights per GPU, SGLang's KV pool, KV tokens per replica and sessions at a context length.
 
-Every figure comes with the assumptions it rests on (CapacityPlan.assumptions) and the
-caveats worth reading before quoting it (CapacityPlan.notes).
+The pool is SGLang 0.5.23's own arithmetic (qverify/capacity/sglang_pool.py). Every figure comes with the
+assumptions it rests on (CapacityPlan.assumptions) and the caveats worth reading before quoting it (.notes).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from qverify.capacity import sglang_pool as sp
 from qverify.capacity.gpus import GB, GIB
 from qverify.capacity.gpus import gpu as gpu_spec
 from qverify.capacity.kv import KV_BYTES, kv_layout
@@ -18,17 +19,13 @@ from qverify.capacity.quantplan import QuantPlan, quant_plan, with_source
 from qverify.capacity.weights import LINEAR_CLASSES, WeightsEstimate, estimate_weights, text_config
 from qverify.errors import BadInput
 
-# SGLang (srt/arg_groups/memory_hook.py) keeps at least 10 GiB out of its static pool on
-# GPUs over 60 GB for activations and CUDA graphs: mem_fraction_static = (HBM - reserve) / HBM.
-SGLANG_RESERVE_BYTES = 10 * GIB
-
 
 class KVOption(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kv_dtype: str
-    bytes_per_token: int  # whole model, one replica's worth of one token
-    rank_bytes_per_token: int  # what one GPU stores per token: the divisor of capacity
+    bytes_per_token: int  # target model, one replica's worth of one token
+    rank_bytes_per_token: int  # what one GPU stores per token, drafter's share included: the divisor of capacity
     formula: str
     tokens_per_replica: int
     sessions: int
@@ -44,13 +41,16 @@ class CapacityPlan(BaseModel):
     hbm_bytes: int
     tp: int
     mem_fraction: float
-    activation_reserve_bytes: int
+    mem_fraction_source: str
+    cuda_context_bytes: int
+    pre_model_load_bytes: int  # free per GPU before weights load: HBM - CUDA context/NCCL
+    slack_bytes: int  # pre_model_load x (1 - mem_fraction): SGLang keeps it out of the pool
     context_tokens: int
     weights: WeightsEstimate
     drafter_weights_bytes: int = 0
+    replicated_extra_per_gpu_bytes: int  # what TP-replicated modules add over an even split
     weights_per_gpu_bytes: int
-    static_budget_per_gpu_bytes: int
-    free_per_gpu_bytes: int
+    free_per_gpu_bytes: int  # the KV pool per GPU
     fits: bool
     kv_dtype: str
     kv: list[KVOption]
@@ -71,8 +71,9 @@ def plan(
     *,
     gpu: str = "b200",
     tp: int = 1,
-    mem_fraction: float = 1.0,
-    activation_reserve_gb: float | None = None,
+    mem_fraction: float | None = None,
+    mem_fraction_source: str | None = None,
+    cuda_context_gb: float | None = None,
     context: int = 100_000,
     weights: WeightsEstimate | None = None,
     weights_gb: float | None = None,
@@ -81,24 +82,25 @@ def plan(
     drafter_weights: WeightsEstimate | None = None,
     model_name: str | None = None,
 ) -> CapacityPlan:
-    """Plan one replica of `config` under `quant` on `tp` GPUs of type `gpu`.
+    """Plan one replica of `config` under `quant` on `tp` GPUs of type `gpu`, as SGLang sizes its KV pool.
 
-    activation_reserve_gb=None means SGLang's default: 10 GiB when mem_fraction is 1.0
-    (SGLang derives its fraction from that reserve), else none (the fraction already
-    leaves the room). `weights` (from a checkpoint) or `weights_gb` replace the estimate.
+    mem_fraction=None is SGLang's derived --mem-fraction-static at its 10 GiB floor; a serving profile's
+    mem_fraction_static is passed here (qverify capacity --profile). `weights` (from a checkpoint) or
+    `weights_gb` replace the estimate; replicated modules are still counted from the config.
     """
     qp = with_source(quant_plan(quant) if isinstance(quant, str) else quant, config)
     if tp < 1:
         raise BadInput(f"--tp must be at least 1, got {tp}", fix="pass the tensor-parallel size, e.g. --tp 4")
-    if not 0 < mem_fraction <= 1:
-        raise BadInput(f"--mem-fraction must be in (0, 1], got {mem_fraction}", fix="e.g. --mem-fraction 0.9")
+    if mem_fraction is not None and not 0 < mem_fraction <= 1:
+        raise BadInput(f"--mem-fraction must be in (0, 1], got {mem_fraction}", fix="e.g. --mem-fraction 0.85")
     if context < 1:
         raise BadInput(f"--context must be positive, got {context}", fix="e.g. --context 100k")
+    if cuda_context_gb is not None and cuda_context_gb < 0:
+        raise BadInput(f"--cuda-context-gb must be >= 0, got {cuda_context_gb}", fix="e.g. --cuda-context-gb 2.5")
     spec = gpu_spec(gpu, hbm_gb)
-    reserve_defaulted = activation_reserve_gb is None
-    reserve = (SGLANG_RESERVE_BYTES if mem_fraction == 1.0 else 0) if reserve_defaulted else int(activation_reserve_gb * GB)
-    if reserve < 0:
-        raise BadInput(f"--reserve-gb must be >= 0, got {activation_reserve_gb}", fix="e.g. --reserve-gb 10")
+    source = mem_fraction_source or ("given" if mem_fraction is not None else "SGLang's default at its 10 GiB floor")
+    fraction = mem_fraction if mem_fraction is not None else sp.default_mem_fraction(spec.hbm_bytes)
+    cuda_ctx = sp.CUDA_CONTEXT_BYTES if cuda_context_gb is None else round(cuda_context_gb * GB)
 
     if weights_gb is not None:
         if weights_gb <= 0:
@@ -110,13 +112,18 @@ def plan(
     drafter_bytes = dw.total_bytes if dw else 0
 
     layout = kv_layout(config)
-    draft_layout = kv_layout(drafter_config) if drafter_config else None
-    per_gpu_weights = (w.total_bytes + drafter_bytes) // tp
-    budget = int(spec.hbm_bytes * mem_fraction) - reserve
-    free = budget - per_gpu_weights
+    draft_layers = int(text_config(drafter_config).get("num_hidden_layers") or 1) if drafter_config else 0
+    # the totals hold each replicated module once; every rank holds it whole instead of a 1/tp share
+    replicated = sp.replicated_bytes(config, qp.schemes.get("attention", "bf16")) + (
+        sp.replicated_bytes(drafter_config) if drafter_config else 0)
+    extra = replicated - replicated // tp
+    per_gpu_weights = (w.total_bytes + drafter_bytes) // tp + extra
+    pre = spec.hbm_bytes - cuda_ctx
+    multimodal = isinstance(config.get("vision_config"), dict)
+    free = sp.pool_bytes(pre, per_gpu_weights, fraction, multimodal)
     options = []
     for dtype in KV_BYTES:
-        rank_bpt = layout.rank_bytes_per_token(dtype, tp) + (draft_layout.rank_bytes_per_token(dtype, tp) if draft_layout else 0)
+        rank_bpt = sp.cell_bytes(layout.rank_bytes_per_token(dtype, tp), layout.layers, draft_layers)
         tokens = max(free, 0) // rank_bpt
         options.append(KVOption(kv_dtype=dtype, bytes_per_token=layout.bytes_per_token(dtype), rank_bytes_per_token=rank_bpt,
                                 formula=layout.formula(dtype), tokens_per_replica=tokens, sessions=tokens // context,
@@ -127,43 +134,57 @@ def plan(
 
     assumptions = [
         f"HBM per {spec.name} GPU = {spec.hbm_bytes / GB:g} GB ({spec.source}); 1 GB = 10^9 bytes.",
-        f"Static pool per GPU = HBM x mem_fraction {mem_fraction:g} - activation reserve {reserve / GB:.2f} GB"
-        + (" (SGLang's floor for >60 GB GPUs: 10 GiB for activations and CUDA graphs)." if reserve_defaulted and reserve else "."),
-        f"Weights split evenly over the {tp} TP rank(s); replicated norms and router weights are ignored.",
+        (f"SGLang's pool per GPU (mem_cache/kv_cache_configurator.py): free after load - pre-load free x (1 - "
+         f"mem_fraction_static {fraction:g}, {source}) - multimodal cache; pre-load free = HBM - CUDA context/NCCL "
+         f"{cuda_ctx / GIB:.2f} GiB (" + ("assumed, not measured; --cuda-context-gb replaces it)." if cuda_context_gb is None
+                                          else "given).") + (" Multimodal: 100 MiB (SGLANG_VLM_CACHE_SIZE_MB)." if multimodal else "")),
+        (f"Weights split evenly over the {tp} TP rank(s), except what SGLang replicates on every rank (MLA "
+         f"fused_qkv_a_proj_with_mqa, router, norms, the vision tower's MLPs and projector, an EAGLE3 head's fc): "
+         f"{replicated / GB:.2f} GB, {extra / GB:.2f} GB per GPU over an even split."),
         {"config+recipe": f"Weights estimated from config.json and recipe {qp.name!r}: params per module class x scheme bytes, "
                           "block scales included.",
          "checkpoint": "Weights are the tensor bytes in the checkpoint's safetensors headers.",
          "override": "Weights given by --weights-gb."}[w.source],
-        (f"DP-attention off: every TP rank stores the whole MLA latent, so KV capacity per replica = free memory per GPU / "
-         f"({layout.formula(qp.kv_dtype)} = {chosen.bytes_per_token:,} B) per token." if layout.kind == "mla" else
+        (f"DP-attention off: every TP rank stores the whole MLA latent ({layout.formula(qp.kv_dtype)} = "
+         f"{chosen.bytes_per_token:,} B per token)." if layout.kind == "mla" else
          f"GQA: {layout.formula(qp.kv_dtype)} = {chosen.bytes_per_token:,} B per token; TP shards the {layout.kv_heads} "
-         f"KV heads (replicated once tp > kv_heads), so a rank stores {chosen.rank_bytes_per_token:,} B per token."),
+         f"KV heads (replicated once tp > kv_heads).")
+        + (f" The drafter's {draft_layers} layer(s) add {chosen.rank_bytes_per_token - layout.rank_bytes_per_token(qp.kv_dtype, tp):,} "
+           "B per token, priced as SGLang does: the target's per-layer KV." if draft_layers else ""),
         f"KV dtype {qp.kv_dtype} (recipe {qp.name!r}, {qp.source}); FP8 KV scales are per tensor and not counted.",
-        "No paging overhead, prefix sharing or hierarchical (host) cache; sessions = KV tokens // context.",
+        "No prefix sharing or hierarchical (host) cache; sessions = KV tokens // context.",
     ]
-    notes = _notes(config, qp, layout.kind, tp, free, budget, per_gpu_weights, options, context, drafter_config)
+    notes = _notes(config, qp, layout.kind, tp, free, pre, fraction, per_gpu_weights, options, context, drafter_config)
     return CapacityPlan(
-        model=name, recipe=qp.name, gpu=spec.name, hbm_bytes=spec.hbm_bytes, tp=tp, mem_fraction=mem_fraction,
-        activation_reserve_bytes=reserve, context_tokens=context, weights=w, drafter_weights_bytes=drafter_bytes,
-        weights_per_gpu_bytes=per_gpu_weights, static_budget_per_gpu_bytes=budget, free_per_gpu_bytes=free,
+        model=name, recipe=qp.name, gpu=spec.name, hbm_bytes=spec.hbm_bytes, tp=tp, mem_fraction=fraction,
+        mem_fraction_source=source, cuda_context_bytes=cuda_ctx, pre_model_load_bytes=pre,
+        slack_bytes=int(pre * (1 - fraction)), context_tokens=context, weights=w, drafter_weights_bytes=drafter_bytes,
+        replicated_extra_per_gpu_bytes=extra, weights_per_gpu_bytes=per_gpu_weights, free_per_gpu_bytes=free,
         fits=free > 0, kv_dtype=qp.kv_dtype, kv=options, kv_tokens_per_replica=chosen.tokens_per_replica,
         sessions_at_context=chosen.sessions, assumptions=assumptions, notes=notes,
     )
 
 
-def _notes(config: dict[str, Any], qp: QuantPlan, kind: str, tp: int, free: int, budget: int, per_gpu: int,
+def _notes(config: dict[str, Any], qp: QuantPlan, kind: str, tp: int, free: int, pre: int, fraction: float, per_gpu: int,
            options: list[KVOption], context: int, drafter_config: dict[str, Any] | None) -> list[str]:
     cfg = text_config(config)
     notes: list[str] = []
+    budget = pre * fraction  # what weights and pool share: free after load - slack > 0 <=> weights < pre x fraction
     if free <= 0:
         need = next((t for t in (1, 2, 4, 8, 16, 32, 64) if per_gpu * tp / t < budget), None)
         fix = f"TP {need} would fit" if need else "no TP up to 64 fits"
-        notes.append(f"Does not fit: {per_gpu / GB:.1f} GB of weights per GPU exceed the {budget / GB:.1f} GB static pool ({fix}).")
+        notes.append(f"Does not fit: {per_gpu / GB:.1f} GB of weights per GPU exceed the {budget / GB:.1f} GB that "
+                     f"mem_fraction_static {fraction:g} leaves for weights and KV ({fix}).")
     bf16, fp8 = options[0], options[1]
     notes.append(f"FP8 KV halves bytes per token ({bf16.rank_bytes_per_token:,} -> {fp8.rank_bytes_per_token:,} B per GPU), "
                  f"so {fmt_tokens(bf16.tokens_per_replica)} -> {fmt_tokens(fp8.tokens_per_replica)} tokens per replica.")
     if kind == "mla" and tp > 1:
         notes.append("Under TP the MLA latent is replicated, not sharded: more GPUs add KV room only by spreading the weights.")
+    mla_copies = "the w_kc/w_vc copies of kv_b_proj, " if kind == "mla" else ""
+    notes.append(f"Limits: the CUDA context/NCCL figure is assumed; load-time buffers SGLang keeps ({mla_copies}attention "
+                 "workspaces, CUDA-graph pools) are not counted; the token count is not floored to the page size "
+                 "(64 for trtllm_mla). Expect SGLang's "
+                 "max_total_num_tokens within about 10%; benchmarks/gpu/sglang_smoke.sh checks that on a GPU.")
     max_pos = cfg.get("max_position_embeddings")
     if max_pos and context > int(max_pos):
         notes.append(f"--context {context:,} exceeds the model's max_position_embeddings {int(max_pos):,}.")

@@ -11,7 +11,7 @@ from typing import Any
 
 from qverify.capacity.gpus import GB, HBM_GB
 from qverify.capacity.kv import kv_layout
-from qverify.capacity.weights import estimate_weights, text_config
+from qverify.capacity.weights import estimate_weights, text_config, vision_params
 
 ARTICLE_WEIGHTS_GB = 595.0
 ARTICLE_GPU = "b200"
@@ -46,6 +46,7 @@ def kimi_article_notes(config: dict[str, Any]) -> list[str]:
     _, t8f = article_tokens(config, 8, "fp8")
     experts = estimate_weights(config, {"routed_experts": "nvfp4"}).total_bytes / GB
     with_shared = estimate_weights(config, {"routed_experts": "nvfp4", "shared_experts": "nvfp4"}).total_bytes / GB
+    vision = 2 * sum(vision_params(config)) / GB
     return [
         (
             f"Kimi K2.6 article check: BF16 KV = {layout.formula('bf16')} = {bf16:,} B/token (the article's '72 KB'); "
@@ -62,9 +63,9 @@ def kimi_article_notes(config: dict[str, Any]) -> list[str]:
             f"at one KV dtype TP8 holds {t8b / t4b:.1f}x TP4's tokens."
         ),
         (
-            f"595 GB matches NVFP4 routed experts with everything else BF16: this text-model config gives {experts:.1f} GB "
-            f"(recipe nvfp4_experts), and K2.6's vision tower, not counted here, plausibly takes the other "
-            f"{ARTICLE_WEIGHTS_GB - experts:.1f} GB; NVFP4 shared experts too would give {with_shared:.1f} GB. Moonshot's "
-            "shipped INT4 group-32 experts (int4_experts) cost the same 4.5 bits a weight, so the same 594 GB."
+            f"595 GB matches NVFP4 routed experts with everything else BF16: this config gives {experts:.1f} GB "
+            f"(recipe nvfp4_experts), {vision:.2f} GB of it the MoonViT vision tower; NVFP4 shared experts too would give "
+            f"{with_shared:.1f} GB. Moonshot's shipped INT4 group-32 experts (int4_experts) cost the same 4.5 bits a "
+            "weight, so the same figure."
         ),
     ]

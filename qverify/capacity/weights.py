@@ -18,7 +18,7 @@ from qverify.capacity.schemes import LinearShape, linear_bytes
 from qverify.errors import BadInput
 
 ModuleClass = Literal[
-    "attention", "dense_mlp", "routed_experts", "shared_experts", "embeddings", "lm_head", "norms", "router"
+    "attention", "dense_mlp", "routed_experts", "shared_experts", "embeddings", "lm_head", "norms", "router", "vision"
 ]
 # Classes made of Linear layers a recipe can quantize; the rest always stay bf16.
 LINEAR_CLASSES: tuple[str, ...] = ("attention", "dense_mlp", "routed_experts", "shared_experts", "lm_head")
@@ -88,6 +88,32 @@ def _is_moe_layer(cfg: dict[str, Any], i: int, n_routed: int) -> bool:
     return (i - int(cfg.get("first_k_dense_replace") or 0)) % freq == 0
 
 
+def vision_params(config: dict[str, Any]) -> tuple[int, int]:
+    """(TP-sharded, TP-replicated) parameters of a Kimi K2.5/K2.6 MoonViT tower plus its projector; (0, 0) without one.
+
+    As SGLang 0.5.23 builds it (srt/models/kimi_k25.py): each encoder layer's attention is a TP-sharded
+    VisionAttention (use_qkv_parallel=True); its MLP2 (srt/models/kimi_vl_moonvit.py, use_tensor_parallel off),
+    norms, patch and position embeddings and the K2VLMultiModalProjector's ReplicatedLinears sit whole on every
+    GPU. Field names: the release's (vt_hidden_size, ...) or transformers' Kimi_K25VisionConfig (hidden_size, ...).
+    """
+    v = config.get("vision_config")
+    if not isinstance(v, dict):
+        return 0, 0
+    get = lambda key, default: int(v.get(f"vt_{key}") or v.get(key) or default)
+    # defaults: transformers 5.17's Kimi_K25VisionConfig (its docstring checkpoint is moonshotai/Kimi-K2.6)
+    h, inter, layers = get("hidden_size", 1152), get("intermediate_size", 4304), get("num_hidden_layers", 27)
+    patch = int(v.get("patch_size") or 14)
+    pos = int(v.get("init_pos_emb_height") or v.get("pos_emb_height") or 64) * int(
+        v.get("init_pos_emb_width") or v.get("pos_emb_width") or 64)
+    mh, mw = v.get("merge_kernel_size") or (2, 2)
+    merged, text = h * int(mh) * int(mw), int(v.get("text_hidden_size") or text_config(config).get("hidden_size") or h)
+    sharded = layers * (4 * h * h + 4 * h)  # qkv + proj, with biases
+    replicated = (layers * (2 * h * inter + inter + h + 4 * h)  # MLP2 fc0/fc1 with biases, two LayerNorms
+                  + 3 * patch * patch * h + h + pos * h + 2 * h  # patch embedding, position embedding, final norm
+                  + 2 * h + merged * merged + merged + merged * text + text)  # projector: pre_norm, linear_1, linear_2
+    return sharded, replicated
+
+
 def module_shapes(config: dict[str, Any]) -> tuple[dict[str, list[LinearShape]], dict[str, int]]:
     """Linear shapes per class, and the non-Linear params (embeddings, norms, router) per class."""
     cfg = text_config(config)
@@ -115,6 +141,7 @@ def module_shapes(config: dict[str, Any]) -> tuple[dict[str, list[LinearShape]],
             linears["dense_mlp"] += _mlp(hidden, int(need(cfg, "intermediate_size")))
     if not cfg.get("tie_word_embeddings", False):
         linears["lm_head"].append(LinearShape(out_features=vocab, in_features=hidden))
+    other["vision"] = sum(vision_params(config))  # always bf16: the release and every recipe leave the tower alone
     return linears, other
 
 

@@ -15,9 +15,11 @@ def capacity_cmd(
     config: Annotated[str | None, typer.Option("--config", help="model config.json, model dir, or a shipped name (kimi-k2.6)")] = None,
     recipe: Annotated[str | None, typer.Option("--recipe", help="recipe name or YAML (with --config; default bf16)")] = None,
     gpu: Annotated[str, typer.Option("--gpu", help="b200, h200 or h100 (or any name with --hbm-gb)")] = "b200",
-    tp: Annotated[int, typer.Option("--tp", callback=Count, help="tensor-parallel GPUs per replica")] = 1,
-    mem_fraction: Annotated[float, typer.Option("--mem-fraction", callback=in_range(gt=0, le=1, fix="pass a fraction such as 0.85"), help="HBM share for weights + KV (SGLang --mem-fraction-static)")] = 1.0,
-    reserve_gb: Annotated[float | None, typer.Option("--reserve-gb", callback=in_range(ge=0, fix="pass 0 or more GB"), help="activation reserve per GPU; default 10 GiB at --mem-fraction 1, else 0")] = None,
+    profile: Annotated[str | None, typer.Option("--profile", help="serving profile (name or YAML): its tp and mem_fraction_static")] = None,
+    tp: Annotated[int | None, typer.Option("--tp", callback=Count, help="tensor-parallel GPUs per replica (default: the profile's, else 1)")] = None,
+    mem_fraction: Annotated[float | None, typer.Option("--mem-fraction", callback=in_range(gt=0, le=1, fix="pass a fraction such as 0.85"), help="SGLang --mem-fraction-static (default: the profile's, else SGLang's own default)")] = None,
+    cuda_context_gb: Annotated[float | None, typer.Option("--cuda-context-gb", callback=in_range(ge=0, fix="pass 0 or more GB"), help="memory per GPU taken before weights load (CUDA context, NCCL); default 2.5 GiB")] = None,
+    drafter_config: Annotated[str | None, typer.Option("--drafter-config", help="drafter/EAGLE3 head config.json (with --config)")] = None,
     context: Annotated[str, typer.Option("--context", help="tokens per session, e.g. 100k")] = "100k",
     weights_gb: Annotated[float | None, typer.Option("--weights-gb", callback=in_range(gt=0, fix="pass a size above 0 GB"), help="total weight GB, replacing the computed figure")] = None,
     hbm_gb: Annotated[float | None, typer.Option("--hbm-gb", callback=in_range(gt=0, fix="pass a size above 0 GB"), help="HBM per GPU in GB, replacing the table")] = None,
@@ -29,6 +31,14 @@ def capacity_cmd(
     from qverify.errors import BadInput
 
     st = state(ctx)
+    fraction_source = None
+    if profile is not None:
+        from qverify.serve.profile import load_profile
+
+        prof = load_profile(profile)
+        tp = tp if tp is not None else prof.tp
+        if mem_fraction is None and prof.flags.get("mem_fraction_static") is not None:
+            mem_fraction, fraction_source = float(prof.flags["mem_fraction_static"]), f"profile {prof.name}"
     if (build is None) == (config is None):
         raise BadInput("give exactly one of BUILD or --config", fix="e.g. 'qverify capacity --config kimi-k2.6 --recipe nvfp4_experts --gpu b200 --tp 4'")
     if build is not None:
@@ -39,9 +49,13 @@ def capacity_cmd(
                   "drafter_weights": b.drafter_weights, "model_name": b.name}
     else:
         cfg, name = load_config(config)
-        kwargs = {"config": cfg, "quant": quant_plan(recipe or "bf16"), "model_name": name}
-    p = plan(**kwargs, gpu=gpu, tp=tp, mem_fraction=mem_fraction, activation_reserve_gb=reserve_gb,
-             context=parse_context(context), weights_gb=weights_gb, hbm_gb=hbm_gb)
+        kwargs = {"config": cfg, "quant": quant_plan(recipe or "bf16"), "model_name": name,
+                  "drafter_config": load_config(drafter_config)[0] if drafter_config else None}
+    if build is not None and drafter_config:
+        raise BadInput("--drafter-config applies only with --config; a build carries its own drafter/",
+                       fix="drop --drafter-config")
+    p = plan(**kwargs, gpu=gpu, tp=tp or 1, mem_fraction=mem_fraction, mem_fraction_source=fraction_source,
+             cuda_context_gb=cuda_context_gb, context=parse_context(context), weights_gb=weights_gb, hbm_gb=hbm_gb)
     st.out.data(p.model_dump())
     if not st.out.json_mode:
         _render(st.out, p)
@@ -54,10 +68,12 @@ def _render(out, p) -> None:
     w = p.weights
     out.table(f"{p.model} · {p.recipe} · {p.tp}x {p.gpu}", ["", "value"], [
         ["HBM per GPU", gb(p.hbm_bytes)],
-        ["static pool per GPU", gb(p.static_budget_per_gpu_bytes)],
+        ["mem_fraction_static", f"{p.mem_fraction:g} ({p.mem_fraction_source})"],
+        ["free before load (HBM - CUDA context/NCCL)", gb(p.pre_model_load_bytes)],
+        ["held back: free before load x (1 - fraction)", gb(p.slack_bytes)],
         [f"weights ({w.source})", gb(w.total_bytes) + (f" + drafter {gb(p.drafter_weights_bytes)}" if p.drafter_weights_bytes else "")],
-        ["weights per GPU", gb(p.weights_per_gpu_bytes)],
-        ["free for KV per GPU", gb(p.free_per_gpu_bytes) + ("" if p.fits else "  (does not fit)")],
+        ["weights per GPU (TP-replicated modules whole)", gb(p.weights_per_gpu_bytes)],
+        ["KV pool per GPU", gb(p.free_per_gpu_bytes) + ("" if p.fits else "  (does not fit)")],
         [f"KV tokens per replica ({p.kv_dtype})", f"{p.kv_tokens_per_replica:,} ({fmt_tokens(p.kv_tokens_per_replica)})"],
         [f"sessions at {p.context_tokens:,} tokens", f"{p.sessions_at_context:,}"],
     ])

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from qverify.errors import BadInput, InfraError
 from qverify.models import BuildManifest, content_hash
+from qverify.quantize import eagle3_fp8
 from qverify.quantize import manifest as mf
 from qverify.quantize.eagle3 import check_eagle3, is_eagle3
 from qverify.quantize.kv_scales import write_production_scales
@@ -50,13 +51,20 @@ class BuildResult:
 def _resolve_drafter(model: Path, drafter: Path | None, recipe: LoadedRecipe) -> Path | None:
     path = Path(drafter).expanduser() if drafter is not None else model / DRAFTER_DIR
     if drafter is not None or (path / "config.json").is_file():
-        path = check_model_dir(path, "drafter")
-        if is_eagle3(json.loads((path / "config.json").read_text())):
-            if recipe.recipe.drafter is not None:
-                raise BadInput(f"recipe {recipe.recipe.name} quantizes the drafter, but {path} is an EAGLE3 head "
-                               "(not a causal LM llm-compressor can calibrate)",
-                               fix="pick the recipe without the drafter stage; the head is then carried as is")
-            check_eagle3(path, json.loads((model / "config.json").read_text()))  # a bad head is bad input: refuse it now
+        try:
+            eagle = is_eagle3(json.loads((path / "config.json").read_text()))
+        except (OSError, ValueError):
+            eagle = False  # check_model_dir says what is wrong
+        # a pre-quantized EAGLE3 head is accepted: check_eagle3 checks that SGLang can load its FP8 layers
+        path = check_model_dir(path, "drafter", allow_quantized=eagle)
+        if eagle:
+            # a bad head is bad input: refuse it now
+            checked = check_eagle3(path, json.loads((model / "config.json").read_text()))
+            if recipe.recipe.drafter is not None:  # not a causal LM: qverify's data-free FP8 stage (eagle3_fp8.py)
+                eagle3_fp8.stage_scheme(recipe.recipe.drafter, recipe.recipe.name)
+                if checked["quantization"] != eagle3_fp8.BF16_HEAD_QUANTIZATION:
+                    raise BadInput(f"recipe {recipe.recipe.name} quantizes the drafter, but {path} is already FP8",
+                                   fix="pick the recipe without the drafter stage; the head is then carried as is")
         return path
     if recipe.recipe.serving.requires_drafter:
         raise BadInput(f"recipe {recipe.recipe.name} quantizes the drafter but {model} has no drafter/",
@@ -158,6 +166,9 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
                 source_quantization=shipped.describe() if shipped else None, carried_files=carried,
                 drafter_kind="eagle3" if drafter_dir and is_eagle3(json.loads((drafter_dir / "config.json").read_text()))
                 else "causal-lm")
+            if manifest.drafter_kind == "eagle3":  # what SGLang must be told: --speculative-draft-model-quantization
+                head = json.loads((tmp / DRAFTER_DIR / "config.json").read_text())
+                manifest.serving["draft_model_quantization"] = eagle3_fp8.head_quantization(head)
             manifest_path(tmp).write_text(manifest.model_dump_json(indent=2))
         with _stage("verify", on_stage, seconds):
             try:
@@ -229,6 +240,9 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
         elif stage is None:
             with _stage(f"copy {which}", on_stage, seconds):
                 names = copy_model(src, dst)
+        elif which == "drafter" and is_eagle3(json.loads((src / "config.json").read_text())):
+            with _stage("fp8 eagle3 head", on_stage, seconds):
+                summary += eagle3_fp8.quantize_head(src, dst)
         else:
             with _stage(f"oneshot {which}", on_stage, seconds):
                 keep = shipped if which == "target" else None

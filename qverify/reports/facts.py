@@ -62,21 +62,28 @@ def build_facts(bundle: GateBundle) -> list[BuildFacts]:
 
 
 def _project(bundle: GateBundle, rows: list[BuildFacts]) -> None:
-    """What each recipe buys on the production model (gate config `capacity`, default Kimi K2.6 on 4x B200).
+    """What each recipe buys on the production model (gate config `capacity`, default Kimi K2.6 on B200s with the
+    kimi-k2.6 profile's mem_fraction_static, as SGLang sizes its pool: qverify/capacity/sglang_pool.py).
 
     Uses qverify.capacity when it is importable and knows the recipe; otherwise the
     report shows only the measured figures above.
     """
-    spec = {"config": "kimi-k2.6", "gpu": "b200", "context": 100_000, **(bundle.gate.config.get("capacity") or {})}
+    spec = {"config": "kimi-k2.6", "gpu": "b200", "context": 100_000, "profile": "kimi-k2.6",
+            **(bundle.gate.config.get("capacity") or {})}
     try:
         from qverify.capacity.planner import plan
         from qverify.capacity.quantplan import quant_plan
         from qverify.capacity.sources import load_config
+        from qverify.serve.profile import load_profile
 
         cfg, name = load_config(str(spec["config"]))
+        fraction = spec.get("mem_fraction")
+        if fraction is None and spec.get("profile"):
+            fraction = load_profile(str(spec["profile"])).flags.get("mem_fraction_static")
     except Exception:  # noqa: BLE001 - the planner is optional for the report
         return
-    kw = {"gpu": str(spec["gpu"]), "context": int(spec["context"]), "model_name": name}
+    kw = {"gpu": str(spec["gpu"]), "context": int(spec["context"]), "model_name": name,
+          "mem_fraction": None if fraction is None else float(fraction)}
     if "tp" not in spec:  # the smallest TP on which the baseline fits, so every recipe is compared on one footprint
         try:
             base_plan = quant_plan(rows[0].recipe)

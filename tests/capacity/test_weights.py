@@ -89,7 +89,7 @@ def test_quantized_checkpoint_bytes_equal_the_estimate(deepseek_src, tmp_path, m
 def test_build_dir_weights_drive_the_plan(deepseek_src):
     disk = checkpoint_weights(deepseek_src)
     cfg = json.loads((deepseek_src / "config.json").read_text())
-    p = plan(cfg, "bf16", weights=disk, gpu="h100", hbm_gb=80, tp=1, mem_fraction=1.0, activation_reserve_gb=0)
+    p = plan(cfg, "bf16", weights=disk, gpu="h100", hbm_gb=80, tp=1, mem_fraction=1.0, cuda_context_gb=0)
     assert p.weights.source == "checkpoint" and p.weights_per_gpu_bytes == disk.total_bytes
     assert p.kv_tokens_per_replica == (80 * 10**9 - disk.total_bytes) // (2 * 96 * 2)  # 2 layers x (64 + 32) x bf16
 

@@ -61,9 +61,14 @@ def test_bad_eagle3_head_is_refused_before_building(kimi_shaped, tmp_path, probl
         build("fp8kv_nvfp4shared", model=kimi_shaped, drafter=head, workdir=tmp_path / "wd", trust_remote_code=True)
 
 
-def test_quantizing_an_eagle3_head_is_refused(kimi_shaped, tmp_path):
+def test_an_eagle3_head_takes_only_the_data_free_fp8_stage(kimi_shaped, tmp_path):
+    """FP8_DYNAMIC needs no data and is what SGLang's FP8 head path loads; any other drafter stage is refused
+    (tests/quantize/test_eagle3_fp8.py covers the FP8 head itself)."""
     from qverify.quantize import build
 
-    with pytest.raises(BadInput, match="EAGLE3 head"):
-        build("fp8kv_nvfp4shared_fp8drafter", model=kimi_shaped, drafter=make_eagle3_head(tmp_path / "e"),
-              workdir=tmp_path / "wd", trust_remote_code=True)
+    recipe = tmp_path / "nvfp4drafter.yaml"
+    recipe.write_text("description: NVFP4 drafter\nserving: {requires_drafter: true, draft_model_quantization: compressed-tensors}\n"
+                      "drafter: {quant_stage: {quant_modifiers: {QuantizationModifier: {targets: [Linear], scheme: NVFP4}}}}\n")
+    with pytest.raises(BadInput, match="data-free FP8_DYNAMIC"):
+        build(recipe, model=kimi_shaped, drafter=make_eagle3_head(tmp_path / "e"), workdir=tmp_path / "wd",
+              trust_remote_code=True)
