@@ -42,7 +42,9 @@ MODELS = {  # (always right, always wrong); the rest unstable
     "noisy": (0.60, 0.15),  # a T=0.6 suite (toolcall-like): 25% of items flip run to run
     "stable": (0.80, 0.15),  # a T=0 suite on a nondeterministic stack: 5% flip
     "ceiling": (1.00, 0.00),  # every item always right
+    "ushaped": (0.0, 0.0),  # heterogeneous: every item's p ~ Beta(0.3, 0.3), U-shaped (most near 0 or 1)
 }
+USHAPE = 0.3
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class Point:
 
 
 def population_mean(model: str) -> float:
+    if model == "ushaped":
+        return 0.5
     r, w = MODELS[model]
     return r + (1 - r - w) * 0.5
 
@@ -66,6 +70,8 @@ def draw(pt: Point, trials: int, rng: np.random.Generator, n: int | None = None)
     r, w = MODELS[pt.model]
     u = rng.random((trials, n), dtype=np.float32)
     p = np.where(u < r, 1.0, np.where(u < r + w, 0.0, 0.15 + 0.7 * rng.random((trials, n), dtype=np.float32)))
+    if pt.model == "ushaped":
+        p = rng.beta(USHAPE, USHAPE, (trials, n)).astype(np.float32)
     share = -pt.delta / population_mean(pt.model)
     if pt.damage == "diffuse":
         q = p * (1 - share)
@@ -94,15 +100,15 @@ def anchors(b: np.ndarray, c: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def fixed(pt: Point, trials: int, rng: np.random.Generator, chunk: int = 1000) -> dict[str, float]:
-    """P(PASS), P(FAIL) of the fixed rule and P(pass) of each anchor, over `trials` trials."""
+def fixed(pt: Point, trials: int, rng: np.random.Generator, chunk: int = 1000, tol: float = TOL) -> dict[str, float]:
+    """P(PASS), P(FAIL) of the fixed rule and P(pass) of each anchor, over `trials` trials (margin tol)."""
     acc: dict[str, float] = {}
     for s in range(0, trials, chunk):
         m = min(chunk, trials - s)
         b, c = draw(pt, m, rng)
         d = c.mean(-1, dtype=np.float64) - b.mean(-1, dtype=np.float64)
-        bd = paired_bounds(d, TOL, ALPHA, bounded=True, exact_p=False, skew_at_margin=SKEW_AT_MARGIN)
-        res = {"PASS": bd.lower > -TOL, "FAIL": bd.upper < -TOL, **anchors(b, c)}
+        bd = paired_bounds(d, tol, ALPHA, bounded=True, exact_p=False, skew_at_margin=SKEW_AT_MARGIN)
+        res = {"PASS": bd.lower > -tol, "FAIL": bd.upper < -tol, **anchors(b, c)}
         for key, v in res.items():
             acc[key] = acc.get(key, 0.0) + float(np.sum(v))
     return {k: v / trials for k, v in acc.items()}

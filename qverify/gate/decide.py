@@ -52,7 +52,7 @@ def result(dc: Decision, alpha: float) -> MetricResult:
     det["tolerance_configured"] = ev.tolerance
     method = "one-sided t bound on item-clustered paired differences"
     if b is not None and bool(b.exact):
-        method += " + Clopper-Pearson on the discordant items"
+        method = "exact betting bound on the mean paired difference (few items changed)"
     return MetricResult(
         metric=ev.name, direction=ev.direction, gated=ev.gated,
         baseline_mean=_fin(summary["baseline_mean"]), candidate_mean=_fin(summary["candidate_mean"]),

@@ -120,7 +120,7 @@ def _one(ev: Evidence, b: Bounds | None, alpha: float, tol: float, p_adj: float 
         return Decision(ev, "INCONCLUSIVE", f"only {len(ev.d)} paired items; a verdict needs at least {MIN_ITEMS}", tol)
     lo, hi, delta = float(b.lower), float(b.upper), float(b.delta)
     show = f"Δ {ev.sign * delta:+.4f}, one-sided {100 * (1 - alpha):.4g}% bounds [{_o(ev, lo, hi)}]"
-    how = " (exact discordance bound: few items changed)" if bool(b.exact) else ""
+    how = " (exact betting bound: few items changed)" if bool(b.exact) else ""
     worse = "below" if ev.sign > 0 else "above"
     p = p_adj if p_adj is not None else float(b.p_fail)
     if fails:
