@@ -154,11 +154,22 @@ def _kld(specs: list[MetricSpec], base: RunData, cand: RunData, items: list[str]
     for s in specs:
         b, c = mats[s.key]
         c = c[:, keep]
-        if np.isnan(b).all() or np.isnan(c).all():
-            out.append(_refused(s, f"{s.name}: no item has logprobs on both sides"))
+        if kb < 2:  # the baseline's own distance is over pairs of its runs
+            out.append(_refused(s, f"{s.name}: the baseline's own KL needs 2 or more baseline replicates "
+                                   f"(it has {kb}); rerun its kld suite with replicates >= 2"))
             continue
+        if np.isnan(b).all() or np.isnan(c).all():
+            side = "baseline" if np.isnan(b).all() else "candidate"
+            out.append(_refused(s, f"{s.name}: no item has logprobs in the {side}'s runs"))
+            continue
+        scale, exact = 1.0, False
+        if s.cap is not None:  # capped: d_i in [-cap, cap], the exact betting bound decides (heavy tails)
+            b, c, scale, exact = np.minimum(b, s.cap), np.minimum(c, s.cap), s.cap, True
+        elif s.above is not None:  # the share of pairs beyond `above`, per item: a rate
+            b, c = np.where(np.isnan(b), np.nan, b > s.above), np.where(np.isnan(c), np.nan, c > s.above)
         d, rows = dz.mean_diffs(b, c)
-        out.append(Evidence(s.name, s.direction, s.tolerance, d, s.gated, bounded=dz.is_unit(b, c) and s.key != "kld",
+        bounded = s.cap is not None or (dz.is_unit(b, c) and (s.key != "kld" or s.above is not None))
+        out.append(Evidence(s.name, s.direction, s.tolerance, d, s.gated, bounded=bounded, scale=scale, always_exact=exact,
                             details={**_summary(b[rows], c[rows]),
                                      "pairs": "baseline: ordered pairs of its runs; candidate: (baseline k, "
                                               "candidate j != k)"}))

@@ -69,7 +69,7 @@ def p_value(d: np.ndarray, m: float, alpha: float | np.ndarray) -> np.ndarray:
     return np.minimum(1.0, np.exp(-_log_capital(np.asarray(d, float), np.full(np.shape(d)[:-1], m), alpha)))
 
 
-def lower_bound(d: np.ndarray, alpha: float | np.ndarray, iters: int = 40) -> np.ndarray:
+def lower_bound(d: np.ndarray, alpha: float | np.ndarray, iters: int = 32) -> np.ndarray:
     """One-sided (1 - alpha) lower bound of E[d], d in [-1, 1], shape (..., n)."""
     d = np.asarray(d, float)
     lo, hi = np.full(d.shape[:-1], -1.0), np.full(d.shape[:-1], 1.0)

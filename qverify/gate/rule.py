@@ -42,7 +42,9 @@ class Evidence:
     tolerance: float
     d: np.ndarray
     gated: bool = True
-    bounded: bool = False  # both sides' per-item values in [0, 1]: the exact discordance bound applies
+    bounded: bool = False  # both sides' per-item values in [0, scale]: the exact (betting) bound applies
+    scale: float = 1.0  # bounded: d_i in [-scale, scale] (a capped distance's cap)
+    always_exact: bool = False  # the exact bound decides whatever the number of changed items (capped distances)
     refusal: str | None = None  # INCONCLUSIVE whatever the data say (undefined metric, no tool calls, ...)
     pass_block: str | None = None  # blocks PASS only; a FAIL still stands (e.g. answers cut at max_tokens)
     noise_sd: float | None = None  # baseline run-to-run SD of one run's mean (report; noise_k margin)
@@ -72,7 +74,8 @@ def margin(ev: Evidence, noise_k: float | None) -> float:
 def measure(ev: Evidence, alpha: float, noise_k: float | None = None) -> Bounds | None:
     if ev.refusal is not None or len(ev.d) < MIN_ITEMS:
         return None
-    return paired_bounds(ev.sign * ev.d, margin(ev, noise_k), alpha, ev.bounded)
+    return paired_bounds(ev.sign * ev.d, margin(ev, noise_k), alpha, ev.bounded, scale=ev.scale,
+                         always_exact=ev.always_exact)
 
 
 def holm(p: list[float]) -> list[float]:
