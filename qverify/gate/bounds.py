@@ -53,6 +53,7 @@ class Bounds:
     p_fail: np.ndarray  # p-value of H0 "delta >= -tol" (small: worse than the tolerance)
     exact: np.ndarray  # bool: the exact (betting) bound decided, not the t bound
     n: int
+    df: np.ndarray | float = np.inf  # the t bound's degrees of freedom (Satterthwaite, _hall)
 
 
 def tilted_skewness(d: np.ndarray, mu0: float, iters: int = 12) -> np.ndarray:
@@ -188,4 +189,4 @@ def paired_bounds(d: np.ndarray, tol: float, alpha: float = 0.05, bounded: bool 
             elo, ehi = elo * scale, ehi * scale
             lo, hi, p_pass, p_fail = (np.array(x, float, copy=True) for x in (lo, hi, p_pass, p_fail))
             lo[exact], hi[exact], p_pass[exact], p_fail[exact] = elo, ehi, epp, epf
-    return Bounds(mean, se, lo, hi, p_pass, p_fail, exact, n)
+    return Bounds(mean, se, lo, hi, p_pass, p_fail, exact, n, h[4])
