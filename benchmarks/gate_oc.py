@@ -53,8 +53,9 @@ class Point:
     n: int
     k: int = 3
     coupling: float = 0.5
-    damage: str = "diffuse"  # or "concentrated"
+    damage: str = "diffuse"  # or "concentrated", or "mixed" (half the loss each way)
     model: str = "noisy"
+    rep_corr: float = 0.0  # with this probability an item's replicates share one draw (correlated replicates)
 
 
 def population_mean(model: str) -> float:
@@ -75,10 +76,16 @@ def draw(pt: Point, trials: int, rng: np.random.Generator, n: int | None = None)
     share = -pt.delta / population_mean(pt.model)
     if pt.damage == "diffuse":
         q = p * (1 - share)
+    elif pt.damage == "mixed":  # half the share of items lost outright, the rest scaled: (1 - a)(1 - b) = 1 - share
+        a = share / 2
+        q = np.where(rng.random((trials, n), dtype=np.float32) < a, 0.0, p * (1 - share) / (1 - a))
     else:
         q = np.where(rng.random((trials, n), dtype=np.float32) < share, 0.0, p)
     ub = rng.random((trials, n, pt.k), dtype=np.float32)
     fresh = rng.random((trials, n, pt.k), dtype=np.float32)
+    if pt.rep_corr > 0:  # correlated replicates: some items draw once for all their replicates
+        same = rng.random((trials, n, 1)) < pt.rep_corr
+        ub, fresh = np.where(same, ub[..., :1], ub), np.where(same, fresh[..., :1], fresh)
     uc = np.where(rng.random((trials, n, pt.k), dtype=np.float32) < pt.coupling, ub, fresh)
     return ub < p[..., None], uc < q[..., None]
 
@@ -250,7 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--only-sequential", action="store_true", help="skip the fixed-design grid")
+    ap.add_argument("--issue29", action="store_true", help="only the issue-29 rows (benchmarks/gate_oc_rows.py)")
     a = ap.parse_args(argv)
+    if a.issue29:
+        from gate_oc_rows import issue29_rows
+
+        issue29_rows(a.trials, np.random.default_rng(a.seed))
+        return 0
     rng = np.random.default_rng(a.seed)
     t0 = time.time()
     rows = []
