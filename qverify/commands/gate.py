@@ -90,7 +90,7 @@ def gate_cmd(
         from qverify.gate.looks import earlier_looks
 
         report = run_gate(s.workdir, base_id, cand_ids, names, cfg, write=False)
-        again = earlier_looks(s.workdir.gates, report)
+        again = earlier_looks(s.workdir, report)
         if again:
             raise BadInput(f"a second look at full alpha is optional stopping: {again[0]}",
                            fix="gate grown runs with the budgeted gate (`qverify gate --budget REQUESTS`), whose looks "

@@ -10,9 +10,9 @@ whose looks are planned with group-sequential levels (qverify.gate.boundaries).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from qverify.models import GateReport
+from qverify.workdir import Workdir
 
 
 def _items(report: GateReport) -> dict[tuple[str, str], int]:
@@ -20,14 +20,14 @@ def _items(report: GateReport) -> dict[tuple[str, str], int]:
     return {(c.build_id, m.metric): m.n_items for c in report.candidates for m in c.metrics if m.gated}
 
 
-def earlier_looks(gates: Path, report: GateReport) -> list[str]:
+def earlier_looks(wd: Workdir, report: GateReport) -> list[str]:
     """Earlier fixed gates of this baseline that left a candidate INCONCLUSIVE on fewer items of a metric this
     report measures on more: each is named with the metric and the item counts."""
     now = _items(report)
     out = []
-    for path in sorted(gates.glob("*/gate.json")):
+    for gate_id in wd.gate_ids():
         try:
-            old = GateReport.model_validate(json.loads(path.read_text()))
+            old = GateReport.model_validate(json.loads(wd.gate_report_path(gate_id).read_text()))
         except (OSError, ValueError):
             continue
         if old.gate_id == report.gate_id or old.baseline != report.baseline or "sequential" in old.config:

@@ -52,5 +52,5 @@ def test_a_fixed_gate_on_grown_runs_is_a_second_look(tmp_path):
             synth.write_run(tmp_path / "runs", build, "coding", synth.results("coding", synth.item_ids("coding", n), scores))
         r = run_gate(wd, "b", ["c"], ["coding"], QVerifyConfig())
         if n == 40:
-            assert r.verdict == "INCONCLUSIVE" and earlier_looks(wd.gates, r) == []
-    assert any("on 40 items; these runs have 120" in x for x in earlier_looks(wd.gates, r))
+            assert r.verdict == "INCONCLUSIVE" and earlier_looks(wd, r) == []
+    assert any("on 40 items; these runs have 120" in x for x in earlier_looks(wd, r))
