@@ -23,6 +23,9 @@ LENGTH_SHARE = 0.10
 LENGTH_CHECKED = ("coding", "toolcall", "longctx")
 
 
+SELF_KL_WARN = 0.25  # the baseline's own distance, as a share of the tolerance, above which the report warns
+
+
 def common_items(base: RunData, cand: RunData) -> list[str]:
     return sorted(set(base.items) & set(cand.items))
 
@@ -169,8 +172,12 @@ def _kld(specs: list[MetricSpec], base: RunData, cand: RunData, items: list[str]
             b, c = np.where(np.isnan(b), np.nan, b > s.above), np.where(np.isnan(c), np.nan, c > s.above)
         d, rows = dz.mean_diffs(b, c)
         bounded = s.cap is not None or (dz.is_unit(b, c) and (s.key != "kld" or s.above is not None))
+        own = float(np.nanmean(b[rows])) if rows.any() else 0.0
+        warn = {} if s.key != "kld" or s.above is not None or own < SELF_KL_WARN * s.tolerance else {
+            "warning": f"the baseline's own run-to-run {s.key} is {own:.3g}, {own / s.tolerance:.0%} of the tolerance: "
+                       f"the excess credits a candidate quieter than the baseline with up to half of it"}
         out.append(Evidence(s.name, s.direction, s.tolerance, d, s.gated, bounded=bounded, scale=scale, always_exact=exact,
-                            details={**_summary(b[rows], c[rows]),
+                            details={**_summary(b[rows], c[rows]), "baseline_self": own, **warn,
                                      "pairs": "baseline: ordered pairs of its runs; candidate: (baseline k, "
                                               "candidate j != k)"}))
     return out

@@ -117,6 +117,13 @@ def decide(evs: list[Evidence], alpha: float = 0.05, noise_k: float | None = Non
 
 
 def _one(ev: Evidence, b: Bounds | None, alpha: float, tol: float, p_adj: float | None, fails: bool) -> Decision:
+    dc = _verdict(ev, b, alpha, tol, p_adj, fails)
+    if ev.details.get("warning"):  # a caveat the verdict stands with (e.g. a large baseline self-KL)
+        dc.reason += f" (warning: {ev.details['warning']})"
+    return dc
+
+
+def _verdict(ev: Evidence, b: Bounds | None, alpha: float, tol: float, p_adj: float | None, fails: bool) -> Decision:
     if ev.refusal is not None:
         return Decision(ev, "INCONCLUSIVE", ev.refusal, tol)
     if b is None:
