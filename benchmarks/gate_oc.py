@@ -42,7 +42,9 @@ MODELS = {  # (always right, always wrong); the rest unstable
     "noisy": (0.60, 0.15),  # a T=0.6 suite (toolcall-like): 25% of items flip run to run
     "stable": (0.80, 0.15),  # a T=0 suite on a nondeterministic stack: 5% flip
     "ceiling": (1.00, 0.00),  # every item always right
+    "ushaped": (0.0, 0.0),  # heterogeneous: every item's p ~ Beta(0.3, 0.3), U-shaped (most near 0 or 1)
 }
+USHAPE = 0.3
 
 
 @dataclass(frozen=True)
@@ -51,11 +53,14 @@ class Point:
     n: int
     k: int = 3
     coupling: float = 0.5
-    damage: str = "diffuse"  # or "concentrated"
+    damage: str = "diffuse"  # or "concentrated", or "mixed" (half the loss each way)
     model: str = "noisy"
+    rep_corr: float = 0.0  # with this probability an item's replicates share one draw (correlated replicates)
 
 
 def population_mean(model: str) -> float:
+    if model == "ushaped":
+        return 0.5
     r, w = MODELS[model]
     return r + (1 - r - w) * 0.5
 
@@ -66,13 +71,21 @@ def draw(pt: Point, trials: int, rng: np.random.Generator, n: int | None = None)
     r, w = MODELS[pt.model]
     u = rng.random((trials, n), dtype=np.float32)
     p = np.where(u < r, 1.0, np.where(u < r + w, 0.0, 0.15 + 0.7 * rng.random((trials, n), dtype=np.float32)))
+    if pt.model == "ushaped":
+        p = rng.beta(USHAPE, USHAPE, (trials, n)).astype(np.float32)
     share = -pt.delta / population_mean(pt.model)
     if pt.damage == "diffuse":
         q = p * (1 - share)
+    elif pt.damage == "mixed":  # half the share of items lost outright, the rest scaled: (1 - a)(1 - b) = 1 - share
+        a = share / 2
+        q = np.where(rng.random((trials, n), dtype=np.float32) < a, 0.0, p * (1 - share) / (1 - a))
     else:
         q = np.where(rng.random((trials, n), dtype=np.float32) < share, 0.0, p)
     ub = rng.random((trials, n, pt.k), dtype=np.float32)
     fresh = rng.random((trials, n, pt.k), dtype=np.float32)
+    if pt.rep_corr > 0:  # correlated replicates: some items draw once for all their replicates
+        same = rng.random((trials, n, 1)) < pt.rep_corr
+        ub, fresh = np.where(same, ub[..., :1], ub), np.where(same, fresh[..., :1], fresh)
     uc = np.where(rng.random((trials, n, pt.k), dtype=np.float32) < pt.coupling, ub, fresh)
     return ub < p[..., None], uc < q[..., None]
 
@@ -94,15 +107,15 @@ def anchors(b: np.ndarray, c: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def fixed(pt: Point, trials: int, rng: np.random.Generator, chunk: int = 1000) -> dict[str, float]:
-    """P(PASS), P(FAIL) of the fixed rule and P(pass) of each anchor, over `trials` trials."""
+def fixed(pt: Point, trials: int, rng: np.random.Generator, chunk: int = 1000, tol: float = TOL) -> dict[str, float]:
+    """P(PASS), P(FAIL) of the fixed rule and P(pass) of each anchor, over `trials` trials (margin tol)."""
     acc: dict[str, float] = {}
     for s in range(0, trials, chunk):
         m = min(chunk, trials - s)
         b, c = draw(pt, m, rng)
         d = c.mean(-1, dtype=np.float64) - b.mean(-1, dtype=np.float64)
-        bd = paired_bounds(d, TOL, ALPHA, bounded=True, exact_p=False, skew_at_margin=SKEW_AT_MARGIN)
-        res = {"PASS": bd.lower > -TOL, "FAIL": bd.upper < -TOL, **anchors(b, c)}
+        bd = paired_bounds(d, tol, ALPHA, bounded=True, exact_p=False, skew_at_margin=SKEW_AT_MARGIN)
+        res = {"PASS": bd.lower > -tol, "FAIL": bd.upper < -tol, **anchors(b, c)}
         for key, v in res.items():
             acc[key] = acc.get(key, 0.0) + float(np.sum(v))
     return {k: v / trials for k, v in acc.items()}
@@ -244,7 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--only-sequential", action="store_true", help="skip the fixed-design grid")
+    ap.add_argument("--issue29", action="store_true", help="only the issue-29 rows (benchmarks/gate_oc_rows.py)")
     a = ap.parse_args(argv)
+    if a.issue29:
+        from gate_oc_rows import issue29_rows
+
+        issue29_rows(a.trials, np.random.default_rng(a.seed))
+        return 0
     rng = np.random.default_rng(a.seed)
     t0 = time.time()
     rows = []

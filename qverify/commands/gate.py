@@ -31,8 +31,11 @@ def gate_cmd(
     config: ConfigOpt = None,
     suites: Annotated[str | None, typer.Option("--suites", help="comma-separated suites (default: the config's that the baseline ran)")] = None,
     json_out: JsonOpt = False,  # the GateReport
-    budget: Annotated[str | None, typer.Option("--budget", callback=_check_budget, help="gate in rounds within this budget: a time (10m, 90s) "
-                                                            "or a request count; stops when decided, resumes")] = None,
+    budget: Annotated[str | None, typer.Option("--budget", callback=_check_budget, help="gate in rounds within this budget: a request count "
+                                                            "(default: sized from the suites' tolerances) or a time (10m, 90s: its looks "
+                                                            "then depend on the machine's speed); stops when decided, resumes")] = None,
+    fixed: Annotated[bool, typer.Option("--fixed", help="one look at the runs as they are (the fixed-size gate); refused on runs "
+                                                        "grown since an earlier fixed gate left them INCONCLUSIVE")] = False,
     seed_salt: Annotated[int | None, typer.Option("--seed-salt", callback=SeedSalt, help=SEED_SALT_HELP + " (for the runs "
                                                   "this gate evaluates)")] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="skip the MLflow upload and review report")] = False,
@@ -51,8 +54,11 @@ def gate_cmd(
     if seed_salt is not None:
         cfg = cfg.model_copy(update={"seed_salt": seed_salt})
     budget = budget or cfg.budget  # the config's is validated when it is read, before any build
+    if fixed and budget:
+        raise BadInput("--fixed and a budget are alternatives", fix="drop --fixed, or --budget / the config's budget")
     names = [x.strip() for x in suites.split(",") if x.strip()] if suites else None
     if baseline and candidate:
+        fixed = fixed or budget is None  # existing runs, no budget: gate them as they are
         if recipe:
             raise BadInput("--recipe and --baseline/--candidate are alternatives", fix="pass one or the other")
         base_id = s.workdir.resolve_build_id(baseline)
@@ -67,9 +73,11 @@ def gate_cmd(
 
         cands = [recipe] if recipe else list(cfg.candidates)
         names = names or suites_for_recipes(list(cfg.suites), cands)
+        if not fixed and budget is None:  # the default: the budgeted sequential gate (docs/gate.md)
+            budget = str(_default_budget(names, cfg, 1 + len(cands)))
         with s.out.stdout_is_data():
             base_id, cand_ids = ensure_runs(s.workdir, cfg, baseline=cfg.baseline, candidates=cands, suites=names,
-                                            out=s.out, evaluate=budget is None)
+                                            out=s.out, evaluate=fixed)
     looks = None
     if budget is not None:
         from qverify.rounds import gate_in_rounds
@@ -78,7 +86,16 @@ def gate_cmd(
             report, looks, _ = gate_in_rounds(s.workdir, cfg, base_id, cand_ids, names or list(cfg.suites), budget,
                                               show_progress=not s.out.json_mode)
     else:
-        report = run_gate(s.workdir, base_id, cand_ids, names, cfg)
+        from qverify.gate.gate import write_report
+        from qverify.gate.looks import earlier_looks
+
+        report = run_gate(s.workdir, base_id, cand_ids, names, cfg, write=False)
+        again = earlier_looks(s.workdir, report)
+        if again:
+            raise BadInput(f"a second look at full alpha is optional stopping: {again[0]}",
+                           fix="gate grown runs with the budgeted gate (`qverify gate --budget REQUESTS`), whose looks "
+                               "have sequential levels")
+        write_report(s.workdir, report)
     if s.out.json_mode:
         s.out.data(report.model_dump(mode="json"))
     else:
@@ -104,6 +121,15 @@ def gate_cmd(
         if rc and code == 0:
             code = rc
     raise typer.Exit(code)
+
+
+def _default_budget(suites: list[str], cfg, n_builds: int) -> int:
+    from qverify.gate.plan_size import default_budget
+    from qverify.suites import get_suite
+
+    first = {x: cfg.limit or get_suite(x).default_n for x in suites}
+    tols = {k: v.tolerance for k, v in cfg.thresholds.items()}
+    return default_budget(suites, first, cfg.replicates, n_builds, cfg.alpha, tols)
 
 
 def register(app: typer.Typer) -> None:

@@ -23,6 +23,9 @@ LENGTH_SHARE = 0.10
 LENGTH_CHECKED = ("coding", "toolcall", "longctx")
 
 
+SELF_KL_WARN = 0.25  # the baseline's own distance, as a share of the tolerance, above which the report warns
+
+
 def common_items(base: RunData, cand: RunData) -> list[str]:
     return sorted(set(base.items) & set(cand.items))
 
@@ -154,12 +157,27 @@ def _kld(specs: list[MetricSpec], base: RunData, cand: RunData, items: list[str]
     for s in specs:
         b, c = mats[s.key]
         c = c[:, keep]
-        if np.isnan(b).all() or np.isnan(c).all():
-            out.append(_refused(s, f"{s.name}: no item has logprobs on both sides"))
+        if kb < 2:  # the baseline's own distance is over pairs of its runs
+            out.append(_refused(s, f"{s.name}: the baseline's own KL needs 2 or more baseline replicates "
+                                   f"(it has {kb}); rerun its kld suite with replicates >= 2"))
             continue
+        if np.isnan(b).all() or np.isnan(c).all():
+            side = "baseline" if np.isnan(b).all() else "candidate"
+            out.append(_refused(s, f"{s.name}: no item has logprobs in the {side}'s runs"))
+            continue
+        scale, exact = 1.0, False
+        if s.cap is not None:  # capped: d_i in [-cap, cap], the exact betting bound decides (heavy tails)
+            b, c, scale, exact = np.minimum(b, s.cap), np.minimum(c, s.cap), s.cap, True
+        elif s.above is not None:  # the share of pairs beyond `above`, per item: a rate
+            b, c = np.where(np.isnan(b), np.nan, b > s.above), np.where(np.isnan(c), np.nan, c > s.above)
         d, rows = dz.mean_diffs(b, c)
-        out.append(Evidence(s.name, s.direction, s.tolerance, d, s.gated, bounded=dz.is_unit(b, c) and s.key != "kld",
-                            details={**_summary(b[rows], c[rows]),
+        bounded = s.cap is not None or (dz.is_unit(b, c) and (s.key != "kld" or s.above is not None))
+        own = float(np.nanmean(b[rows])) if rows.any() else 0.0
+        warn = {} if s.key != "kld" or s.above is not None or own < SELF_KL_WARN * s.tolerance else {
+            "warning": f"the baseline's own run-to-run {s.key} is {own:.3g}, {own / s.tolerance:.0%} of the tolerance: "
+                       f"the excess credits a candidate quieter than the baseline with up to half of it"}
+        out.append(Evidence(s.name, s.direction, s.tolerance, d, s.gated, bounded=bounded, scale=scale, always_exact=exact,
+                            details={**_summary(b[rows], c[rows]), "baseline_self": own, **warn,
                                      "pairs": "baseline: ordered pairs of its runs; candidate: (baseline k, "
                                               "candidate j != k)"}))
     return out

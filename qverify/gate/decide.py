@@ -2,8 +2,17 @@
 
 ci_low / ci_high are the one-sided (1 - alpha) bounds, in the metric's own direction (so
 together a 1 - 2 alpha interval); noise_band carries the baseline's run-to-run SD of one
-run's mean (a report, never part of an acceptance region); mde is what the data could
-detect at power 0.8: (t_{1-alpha} + z_{0.8}) * SE.
+run's mean (a report, never part of an acceptance region); mde is what the rule's own bound
+could detect at power 0.8 (Miller 2024: MDE ~ (q_{1-alpha} + q_{0.8}) SE):
+
+* t bound: (t_{1-alpha, df} + t_{0.8, df}) SE, df the rule's own (Satterthwaite's, from the
+  kurtosis: bounds._hall), not n - 1 and a normal z, which understate it for mostly-zero d;
+* exact (betting) bound: (Delta - L) + z_{0.8} SE, the realised reach of the bound below the
+  estimate plus the power margin.
+
+needed_items scales it to the tolerance (SE ~ 1/sqrt n). The advice never invites gating grown
+runs again at full alpha (optional stopping: false PASS at -tol 0.058 -> 0.079, issue 29); it names
+the budgeted sequential gate, whose looks are planned with group-sequential levels.
 """
 
 from __future__ import annotations
@@ -13,19 +22,30 @@ from typing import Any
 
 from scipy import stats as sps
 
+from qverify.gate.bounds import Bounds
 from qverify.gate.rule import ORDER, Decision, build_verdict
 from qverify.models import MetricResult
 
-__all__ = ["ORDER", "build_verdict", "result", "needed_items"]
+__all__ = ["ORDER", "build_verdict", "result", "needed_items", "mde_of"]
 POWER = 0.8
 
 
-def needed_items(n: int, se: float, tol: float, alpha: float) -> int | None:
-    """Items (at the same replicates) for an MDE of `tol`: SE shrinks as 1/sqrt(n)."""
-    z = sps.norm.ppf(1 - alpha) + sps.norm.ppf(POWER)
-    if not (se > 0 and tol > 0 and n > 1):
+def mde_of(b: Bounds, alpha: float) -> float:
+    """The rule's own MDE at power POWER (module docstring)."""
+    se = float(b.se)
+    if not math.isfinite(se):
+        return math.nan
+    if bool(b.exact):
+        return float(b.delta) - float(b.lower) + sps.norm.ppf(POWER) * se
+    df = float(b.df) if math.isfinite(float(b.df)) else max(b.n - 1, 1)
+    return float((sps.t.ppf(1 - alpha, df) + sps.t.ppf(POWER, df)) * se)
+
+
+def needed_items(n: int, mde: float, tol: float) -> int | None:
+    """Items (at the same replicates) for an MDE of `tol`: the MDE shrinks as 1/sqrt(n)."""
+    if not (mde > 0 and tol > 0 and n > 1 and math.isfinite(mde)):
         return None
-    return max(n, math.ceil(n * (z * se / tol) ** 2))
+    return max(n, math.ceil(n * (mde / tol) ** 2))
 
 
 def result(dc: Decision, alpha: float) -> MetricResult:
@@ -40,19 +60,21 @@ def result(dc: Decision, alpha: float) -> MetricResult:
         s = ev.sign
         delta, se = s * float(b.delta), float(b.se)
         lo, hi = (float(b.lower), float(b.upper)) if s > 0 else (-float(b.upper), -float(b.lower))
-        mde = (sps.t.ppf(1 - alpha, max(b.n - 1, 1)) + sps.norm.ppf(POWER)) * se if math.isfinite(se) else math.nan
+        mde = mde_of(b, alpha)
         p = float(b.p_fail)
         det.update({"se": _fin(se), "p_pass": float(b.p_pass), "exact_bound": bool(b.exact)})
         if dc.verdict == "INCONCLUSIVE" and not ev.pass_block:
-            need = needed_items(b.n, se, dc.margin, alpha)
+            need = needed_items(b.n, mde, dc.margin)
             if need:
                 det["needed_items"] = need
-                advice = f"about {need} items (at these replicates) would make a {dc.margin:.3g} loss detectable"
+                advice = (f"about {need} items (at these replicates) would make a {dc.margin:.3g} loss detectable: let "
+                          f"the budgeted gate (`qverify gate`, the default; `--budget REQUESTS`) add them at sequential "
+                          f"levels; gating grown runs again with --fixed is optional stopping and is refused")
     det["noise_sd"] = ev.noise_sd
     det["tolerance_configured"] = ev.tolerance
     method = "one-sided t bound on item-clustered paired differences"
     if b is not None and bool(b.exact):
-        method += " + Clopper-Pearson on the discordant items"
+        method = "exact betting bound on the mean paired difference (few items changed)"
     return MetricResult(
         metric=ev.name, direction=ev.direction, gated=ev.gated,
         baseline_mean=_fin(summary["baseline_mean"]), candidate_mean=_fin(summary["candidate_mean"]),

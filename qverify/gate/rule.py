@@ -42,7 +42,9 @@ class Evidence:
     tolerance: float
     d: np.ndarray
     gated: bool = True
-    bounded: bool = False  # both sides' per-item values in [0, 1]: the exact discordance bound applies
+    bounded: bool = False  # both sides' per-item values in [0, scale]: the exact (betting) bound applies
+    scale: float = 1.0  # bounded: d_i in [-scale, scale] (a capped distance's cap)
+    always_exact: bool = False  # the exact bound decides whatever the number of changed items (capped distances)
     refusal: str | None = None  # INCONCLUSIVE whatever the data say (undefined metric, no tool calls, ...)
     pass_block: str | None = None  # blocks PASS only; a FAIL still stands (e.g. answers cut at max_tokens)
     noise_sd: float | None = None  # baseline run-to-run SD of one run's mean (report; noise_k margin)
@@ -72,7 +74,8 @@ def margin(ev: Evidence, noise_k: float | None) -> float:
 def measure(ev: Evidence, alpha: float, noise_k: float | None = None) -> Bounds | None:
     if ev.refusal is not None or len(ev.d) < MIN_ITEMS:
         return None
-    return paired_bounds(ev.sign * ev.d, margin(ev, noise_k), alpha, ev.bounded)
+    return paired_bounds(ev.sign * ev.d, margin(ev, noise_k), alpha, ev.bounded, scale=ev.scale,
+                         always_exact=ev.always_exact)
 
 
 def holm(p: list[float]) -> list[float]:
@@ -114,13 +117,20 @@ def decide(evs: list[Evidence], alpha: float = 0.05, noise_k: float | None = Non
 
 
 def _one(ev: Evidence, b: Bounds | None, alpha: float, tol: float, p_adj: float | None, fails: bool) -> Decision:
+    dc = _verdict(ev, b, alpha, tol, p_adj, fails)
+    if ev.details.get("warning"):  # a caveat the verdict stands with (e.g. a large baseline self-KL)
+        dc.reason += f" (warning: {ev.details['warning']})"
+    return dc
+
+
+def _verdict(ev: Evidence, b: Bounds | None, alpha: float, tol: float, p_adj: float | None, fails: bool) -> Decision:
     if ev.refusal is not None:
         return Decision(ev, "INCONCLUSIVE", ev.refusal, tol)
     if b is None:
         return Decision(ev, "INCONCLUSIVE", f"only {len(ev.d)} paired items; a verdict needs at least {MIN_ITEMS}", tol)
     lo, hi, delta = float(b.lower), float(b.upper), float(b.delta)
     show = f"Δ {ev.sign * delta:+.4f}, one-sided {100 * (1 - alpha):.4g}% bounds [{_o(ev, lo, hi)}]"
-    how = " (exact discordance bound: few items changed)" if bool(b.exact) else ""
+    how = " (exact betting bound: few items changed)" if bool(b.exact) else ""
     worse = "below" if ev.sign > 0 else "above"
     p = p_adj if p_adj is not None else float(b.p_fail)
     if fails:

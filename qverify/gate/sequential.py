@@ -12,7 +12,7 @@ It is a two-sided (1 - alpha) sequence; its lower and upper ends are used as one
 bounds, each then valid at level alpha over all looks at once (conservative by at most
 alpha/2). rho tunes where it is tightest: rho^2 = (-2 log alpha + log(-2 log alpha + 1)) / n*,
 n* the items the budget can buy. For bounded metrics with few changed items the exact
-discordance bound (qverify.gate.bounds) is taken as well, the wider of the two winning, so
+betting bound (qverify.gate.betting) is taken as well, the wider of the two winning, so
 a look can never be narrower than the confidence sequence. p-values for Holm are the
 smallest alpha at which the sequence clears the margin; they are anytime-valid too.
 """
@@ -23,7 +23,8 @@ import math
 
 import numpy as np
 
-from qverify.gate.bounds import CLT_MIN_DISCORDANT, Bounds, _exact, _exact_p
+from qverify.gate.betting import bounds_and_p
+from qverify.gate.bounds import Bounds, small_regime
 
 
 def rho_for(n_star: float, alpha: float) -> float:
@@ -62,13 +63,12 @@ def sequence_bounds(d: np.ndarray, tol: float, alpha: float, n_star: float, boun
     p_pass, p_fail = _cs_p(mean, sd, n, tol, rho, False), _cs_p(mean, sd, n, tol, rho, True)
     exact = np.zeros(mean.shape, bool)
     if bounded:
-        exact = (d != 0).sum(axis=-1) < CLT_MIN_DISCORDANT
-        if exact.any():
-            sp, sn = np.clip(d, 0, None).sum(axis=-1), np.clip(-d, 0, None).sum(axis=-1)
-            elo, ehi = _exact(sp, sn, n, alpha)
+        exact = small_regime(d)
+        if exact.any():  # the betting bound is anytime-valid too: the wider of the two
+            elo, ehi, epp, epf = (np.where(exact, x, np.nan) for x in bounds_and_p(d, tol, alpha))
             lo, hi = np.where(exact, np.minimum(lo, elo), lo), np.where(exact, np.maximum(hi, ehi), hi)
-            p_pass = np.where(exact, np.maximum(p_pass, _exact_p(sp, sn, n, tol, fail=False)), p_pass)
-            p_fail = np.where(exact, np.maximum(p_fail, _exact_p(sp, sn, n, tol, fail=True)), p_fail)
+            p_pass = np.where(exact, np.maximum(p_pass, epp), p_pass)
+            p_fail = np.where(exact, np.maximum(p_fail, epf), p_fail)
     return Bounds(mean, sd / math.sqrt(n), lo, hi, p_pass, p_fail, exact, n)
 
 

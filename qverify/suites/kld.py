@@ -66,6 +66,10 @@ def kl_stats(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> dict[str
             "dp_mean": float(dp.mean()), "dp_rms": float(np.sqrt((dp ** 2).mean())), "n_tokens": float(len(kls))}
 
 
+KLD_CAP = 0.1  # nats, 10x kld/kld's tolerance: its exact bound gains about tol/cap per item in log-capital, so it needs
+# ln(1/alpha) cap/tol = 30 items at the very least to PASS (about 60 in practice: benchmarks/gate_oc.py)
+
+
 @suites.register("kld")
 class KLDSuite(Suite):
     name = "kld"
@@ -75,8 +79,13 @@ class KLDSuite(Suite):
     gate_metrics = (
         # nats; llama.cpp reference points: q8_0 0.0014, q4_K_M 0.031 (Llama-3-8B). 0.01 from the damage
         # dial on qverify-tiny (docs/gate.md): KL 0.010 came with toolcall -3 points, 0.039 with -9
-        MetricSpec("kld/kld", "kld", "kld", direction="lower", tolerance=0.01, statistic="kld",
-                   doc="mean KL(baseline || candidate) minus the baseline's own run-to-run KL"),
+        # Per-item KL is heavy-tailed, and no test holds its level for the mean of a heavy-tailed variable
+        # (Bahadur & Savage 1956): the gate bounds the KL capped at KLD_CAP per pair (exactly, by betting) and
+        # the share of items beyond the cap (docs/gate.md, "Distances under heavy tails"; issue 29).
+        MetricSpec("kld/kld", "kld", "kld", direction="lower", tolerance=0.01, statistic="kld", cap=KLD_CAP,
+                   doc=f"mean KL(baseline || candidate), each pair's capped at {KLD_CAP} nats, minus the baseline's own"),
+        MetricSpec("kld/tail", "kld", "kld", direction="lower", tolerance=0.03, statistic="kld", above=KLD_CAP,
+                   doc=f"share of items whose KL exceeds {KLD_CAP} nats, minus the baseline's own"),
         # same_top and dp_rms are reported, not gated: their tolerances are policy choices that only colour the
         # report. dp_rms 0.02 sits between llama.cpp's published Llama-3-8B q8_0 (RMS dp 1.2%) and q4_K_M (5.5%);
         # same_top 0.05 is five points of top-token agreement, chosen alongside it (no published anchor).
@@ -84,7 +93,7 @@ class KLDSuite(Suite):
         MetricSpec("kld/dp_rms", "kld", "dp_rms", direction="lower", tolerance=0.02, statistic="kld", gated=False),
     )
     sampling: ClassVar[Sampling] = Sampling(temperature=0.0, max_tokens=1, logprobs=True, top_logprobs=TOP_K)
-    default_n = 24
+    default_n = 150  # kld/tail (tol 0.03) PASSes an unchanged build from ~115 items, kld/kld from ~60 (docs/gate.md)
     pairwise = True
 
     def items(self, split: Split = "test", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:

@@ -32,6 +32,8 @@ class MetricSpec:
     gated: bool = True
     statistic: Statistic = "mean"
     floor_margin: float | None = None  # trigger_f1: K2VV floor = min F1 between baseline runs - margin
+    cap: float | None = None  # kld: each per-pair value capped at `cap` (d_i in [-cap, cap]: the exact bound decides)
+    above: float | None = None  # kld: the per-item share of pairs whose value exceeds `above` (a rate in [0, 1])
     doc: str = ""
 
     @property

@@ -94,13 +94,13 @@ def wd(tmp_path_factory) -> Path:
         _put(wd, build, "verifier", _verifier_scores(tc, 3, rng))
     # kld: prompt logprobs; a deterministic baseline, a near and a far candidate; and a baseline with
     # tiny run-to-run noise (batch-composition rounding) against a candidate whose KL is small but far above it
-    logits = rng.normal(0, 2, (12, 16, 16))
+    logits = rng.normal(0, 2, (80, 16, 16))  # the capped KL's exact bound needs ~60 items to PASS
     for build, shift, noise in (("kbase", 0.0, 0.0), ("knear", 0.05, 0.0), ("kfar", 1.5, 0.0),
                                 ("knoisy", 0.0, 0.002), ("knoisy_near", 0.05, 0.002)):
         lps = synth.logprob_runs(logits, 3, run_noise=noise, shift=shift, rng=rng)
         synth.write_build(wd / "builds", build, recipe=build)
-        synth.write_run(wd / "runs", build, "kld", synth.results("kld", synth.item_ids("kld", 12),
-                                                                 {"has_logprobs": np.ones((12, 3))}, logprobs=lps))
+        synth.write_run(wd / "runs", build, "kld", synth.results("kld", synth.item_ids("kld", 80),
+                                                                 {"has_logprobs": np.ones((80, 3))}, logprobs=lps))
     return wd
 
 
@@ -135,13 +135,13 @@ def test_default_suites_are_the_configured_ones_the_baseline_ran(wd):
     assert any("suite toolcall: no results" in p for p in r.candidates[0].integrity)
 
 
-def test_identical_replicates_use_the_exact_discordance_bound(wd):
+def test_identical_replicates_use_the_exact_bound(wd):
     """Zero variance: no item changed is evidence worth about 3/n, never a [0, 0] interval."""
     r = _gate(wd, "det", ["det", "det_small", "det_large"], ["coding"])
     same, small, large = (_metric(r, "coding/pass@1", i) for i in (0, 1, 2))
-    assert same.delta == 0 and same.details["exact_bound"] and "Clopper-Pearson" in same.method
-    from scipy.stats import beta
-    assert same.ci_low == pytest.approx(-beta.ppf(0.975, 1, N), rel=1e-6)  # -CP upper bound (alpha/2) of 0 in N
+    assert same.delta == 0 and same.details["exact_bound"] and "exact betting bound" in same.method
+    from qverify.gate.betting import lower_bound
+    assert same.ci_low == pytest.approx(lower_bound(np.zeros(N), 0.05), rel=1e-6) and -4 / N < same.ci_low < -3 / N
     assert same.verdict == "PASS" and small.verdict != "FAIL" and small.ci_low < same.ci_low
     assert large.verdict == "FAIL" and large.flips["regressed"] == 36 and not large.details["exact_bound"]
 

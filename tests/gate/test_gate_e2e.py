@@ -15,7 +15,7 @@ def test_gate_recipe_builds_evaluates_and_gates_with_json_on_stdout(tmp_path):
     (tmp_path / "qverify.toml").write_text(
         'suites = ["coding", "toolcall", "kld"]\nreplicates = 2\nlimit = 12\nreport = false\n')
     r = subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(tmp_path / "wd"), "gate",
-                        "--recipe", "fp8kv_nvfp4shared", "--json"],
+                        "--recipe", "fp8kv_nvfp4shared", "--json", "--fixed"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=1200)
     assert r.returncode in (0, 1, 2), r.stderr[-2000:]
     report = json.loads(r.stdout)  # one document: build and server logs went to stderr
@@ -41,7 +41,7 @@ def test_gate_recipe_builds_evaluates_and_gates_with_json_on_stdout(tmp_path):
     # and the compact summary: one line per gated metric, the verdict line, nothing wider than 100 columns
     manifests = {p: p.read_bytes() for p in (tmp_path / "wd" / "runs").rglob("manifest.json")}
     again = subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(tmp_path / "wd"), "gate",
-                            "--recipe", "fp8kv_nvfp4shared"],
+                            "--recipe", "fp8kv_nvfp4shared", "--fixed"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=1200)
     assert again.returncode == r.returncode, again.stderr[-2000:]
     assert {p: p.read_bytes() for p in manifests} == manifests

@@ -102,3 +102,13 @@ def test_sequential_design_stops_early_when_clear(oc):
     r = oc.sequential(oc.Point(-oc.TOL, 0, 3, 0.5, "diffuse", "noisy"), TRIALS, np.random.default_rng(17),
                       first=100, per_round=100, max_items=1000)
     assert r["PASS"] <= LIMIT and r["FAIL"] <= LIMIT
+
+
+@pytest.mark.parametrize("model,coupling,damage", [("ushaped", 0.0, "concentrated"), ("noisy", 0.5, "diffuse")])
+def test_a_small_suite_can_pass(oc, model, coupling, damage):
+    """40 items x 3 replicates, tol 0.10 (issue 29): an unchanged build PASSes at least half the time (the rule before,
+    Clopper-Pearson on gains and losses separately, PASSed 0.08-0.13 here) and a build at -tol at most alpha + 3 SE."""
+    r0 = oc.fixed(oc.Point(0.0, 40, 3, coupling, damage, model), TRIALS, np.random.default_rng(21), tol=0.10)
+    r1 = oc.fixed(oc.Point(-0.10, 40, 3, coupling, damage, model), TRIALS, np.random.default_rng(22), tol=0.10)
+    assert r0["PASS"] >= 0.5 and r0["FAIL"] <= LIMIT, r0
+    assert r1["PASS"] <= LIMIT, r1

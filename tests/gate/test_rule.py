@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from qverify.gate import betting
 from qverify.gate import design as dz
 from qverify.gate.bounds import CLT_MIN_DISCORDANT, paired_bounds, t_bounds, tilted_skewness
 from qverify.gate.rule import Evidence, build_verdict, decide, holm, step_down
@@ -14,26 +15,56 @@ TOL = 0.03
 
 
 def test_zero_variance_is_not_proof_of_no_change():
-    """Every item identical on both sides: the bound is the exact ~3.7/n, not [0, 0]."""
+    """Every item identical on both sides: the exact bound is about -3.4/n (Clopper-Pearson's was -3.7/n), not [0, 0]."""
     b = paired_bounds(np.zeros(60), TOL, 0.05, bounded=True)
     assert b.se == 0 and b.exact
-    assert b.lower == pytest.approx(-sps.beta.ppf(0.975, 1, 60)) and b.lower < -TOL  # 60 items cannot show < 3 points
+    assert -4 / 60 < b.lower < -TOL  # 60 items cannot show < 3 points
     ev = Evidence("coding/pass@1", "higher", TOL, np.zeros(60), bounded=True)
     assert decide([ev])[0].verdict == "INCONCLUSIVE"
     ev = Evidence("coding/pass@1", "higher", TOL, np.zeros(400), bounded=True)
     assert decide([ev])[0].verdict == "PASS"  # 400 unchanged items do bound the loss under 1 point
-    # an unbounded metric (KL) has no discordance bound; a zero-variance shift is taken at face value
+    # an unbounded metric (KL) has no exact bound; a zero-variance shift is taken at face value
     assert not paired_bounds(np.zeros(60), TOL, 0.05, bounded=False).exact
 
 
-def test_few_discordant_items_use_the_wider_exact_bound():
+def test_few_discordant_items_use_the_exact_betting_bound():
     d = np.zeros(300)
     d[:5] = -1.0  # 5 items lost everywhere, nothing gained
     b = paired_bounds(d, TOL, 0.05, bounded=True)
-    t_lower = t_bounds(d, 0.05, -TOL)[2]
-    assert b.exact and b.lower == pytest.approx(min(t_lower, -sps.beta.ppf(0.975, 6, 295)))
+    lo, hi, pp, pf = betting.bounds_and_p(d, TOL, 0.05)
+    assert b.exact and np.allclose([b.lower, b.upper, b.p_pass, b.p_fail], [lo, hi, pp, pf])
     d[:CLT_MIN_DISCORDANT] = -1.0
     assert not paired_bounds(d, TOL, 0.05, bounded=True).exact
+
+
+def test_gains_and_losses_cancel_in_the_exact_bound():
+    """4 items lost a third, 4 gained a third, in 40: the betting bound on the mean stays above -0.10, where the
+    rule before (Clopper-Pearson on gains and on losses, each at alpha/2) reached -0.15: it paid twice for noise."""
+    d = np.zeros(40)
+    d[0:8:2], d[1:8:2] = -1 / 3, 1 / 3
+    b = paired_bounds(d, 0.10, 0.05, bounded=True)
+    assert b.exact and b.lower > -0.10 and b.p_pass < 0.05
+    cp = -sps.beta.ppf(0.975, 4 / 3 + 1, 40 - 4 / 3)  # the old lower bound, gains' CP lower bound being 0 here
+    assert cp < -0.13
+
+
+@pytest.mark.parametrize("law", ["two-point", "three-point", "lattice"])
+def test_the_betting_p_value_holds_its_level_at_the_margin(law):
+    """Under laws with mean exactly -tol (the least favourable: all mass on the extremes, or a skewed lattice),
+    P(p_pass <= alpha) <= alpha, 20,000 trials at 40 items (limit alpha + 3 SE), and the bound agrees with the
+    p-value (L > -tol iff p < alpha). Breaking the bet (no cap: lam up to 2/(1+m)) makes the two-point law fail."""
+    rng, tol, n, trials = np.random.default_rng(5), 0.10, 40, 20_000
+    if law == "two-point":  # -1 or +1 with mean -tol
+        d = np.where(rng.random((trials, n)) < (1 - tol) / 2, 1.0, -1.0)
+    elif law == "three-point":
+        d = rng.choice([-1.0, 0.0, 0.5], p=[0.2, 0.6, 0.2], size=(trials, n))  # mean -0.1
+    else:
+        d = rng.choice([-1.0, -1 / 3, 0.0, 1 / 3], p=[0.05, 0.15, 0.55, 0.25], size=(trials, n))  # mean -0.05-0.05+1/12
+        tol = -float(np.dot([-1.0, -1 / 3, 0.0, 1 / 3], [0.05, 0.15, 0.55, 0.25]))
+    lo, hi, pp, pf = betting.bounds_and_p(d, tol, 0.05)
+    assert np.mean(pp <= 0.05) <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / trials)
+    assert np.mean(pf <= 0.05) <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / trials)
+    assert np.array_equal(lo > -tol, pp < 0.05)
 
 
 def test_the_t_bound_corrects_for_skewed_differences():

@@ -1,0 +1,84 @@
+"""Issue 29's operating-characteristic rows: `python benchmarks/gate_oc.py --issue29 [--trials 10000]`.
+
+Item models unlike the rule's assumptions, through the functions run_gate calls (qverify.gate.bounds.paired_bounds
+via gate_oc.fixed / look_decisions; rule.measure for the capped KL): U-shaped Beta(0.3, 0.3) per-item success,
+concentrated / diffuse / mixed damage, correlated replicates, small suites, heavy-tailed per-item KL, and whole
+budgeted gates at the default plan (qverify.gate.plan_size). Every rate is the share of `trials` independent trials.
+Targets: P(FAIL | 0) <= 0.05, P(PASS | -tol) <= 0.05; power rows P(PASS | 0) and P(FAIL | -2 tol) >= 0.8.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from gate_oc import TOL, GATE_SUITES, Point, fixed, gate_design, whole_gate
+
+from qverify.gate.plan_size import suite_items
+from qverify.gate.rule import Evidence, measure
+from qverify.suites.kld import KLD_CAP
+
+KL_TOL, KL_SELF = 0.01, 0.002
+
+
+def kl_draw(family: str, shape: float, mean: float, size, rng: np.random.Generator) -> np.ndarray:
+    if family == "lognormal":
+        return rng.lognormal(np.log(mean) - shape ** 2 / 2, shape, size)
+    return rng.pareto(shape, size) * mean * (shape - 1)  # Lomax, tail index `shape`
+
+
+@functools.lru_cache(maxsize=None)
+def kl_mean_for(family: str, shape: float, excess: float) -> float:
+    """Raw mean KL of the candidate whose capped mean exceeds the baseline's capped own KL (Gamma(0.5), mean
+    KL_SELF) by `excess` (bisection on 1M draws)."""
+    base = np.minimum(np.random.default_rng(0).gamma(0.5, KL_SELF / 0.5, 1_000_000), KLD_CAP).mean()
+    lo, hi = KL_SELF / 10, 100 * KL_TOL
+    for _ in range(22):
+        mid = (lo + hi) / 2
+        capped = np.minimum(kl_draw(family, shape, mid, 1_000_000, np.random.default_rng(1)), KLD_CAP).mean()
+        lo, hi = (mid, hi) if capped - base < excess else (lo, mid)
+    return (lo + hi) / 2
+
+
+def kl_rates(family: str, shape: float, excess: float, n: int, trials: int, rng: np.random.Generator) -> dict:
+    m = kl_mean_for(family, shape, excess)
+    own = np.minimum(rng.gamma(0.5, KL_SELF / 0.5, (trials, n)), KLD_CAP)
+    cand = np.minimum(kl_draw(family, shape, m, (trials, n), rng), KLD_CAP)
+    b = measure(Evidence("kld/kld", "lower", KL_TOL, cand - own, bounded=True, scale=KLD_CAP, always_exact=True), 0.05)
+    return {"PASS": float(np.mean(b.lower > -KL_TOL)), "FAIL": float(np.mean(b.upper < -KL_TOL)), "raw_mean": m}
+
+
+def issue29_rows(trials: int, rng: np.random.Generator) -> None:
+    print(f"# issue 29 rows; {trials} independent trials per rate; alpha 0.05\n")
+    print("| row | model | damage | coupling | rep corr | n | K | tol | P(FAIL|0) | P(PASS|-tol) | P(PASS|0) | P(FAIL|-2tol) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    cases = [("heterogeneous", "ushaped", dm, 0.5, 0.0, 300, TOL) for dm in ("diffuse", "concentrated", "mixed")]
+    cases += [("correlated replicates", "noisy", "mixed", 0.5, 0.7, 300, TOL),
+              ("correlated replicates", "ushaped", "concentrated", 0.0, 0.7, 300, TOL)]
+    cases += [("small suite", mdl, dm, cp, 0.0, 40, 0.10) for mdl, dm, cp in
+              (("ushaped", "concentrated", 0.0), ("ushaped", "mixed", 0.5), ("noisy", "diffuse", 0.5),
+               ("stable", "concentrated", 0.0))]
+    for row, mdl, dm, cp, rc, n, tol in cases:
+        r = {dl: fixed(Point(dl * tol, n, 3, cp, dm, mdl, rc), trials, rng, tol=tol) for dl in (0.0, -1.0, -2.0)}
+        print(f"| {row} | {mdl} | {dm} | {cp} | {rc} | {n} | 3 | {tol} | {r[0.0]['FAIL']:.4f} | {r[-1.0]['PASS']:.4f} | "
+              f"{r[0.0]['PASS']:.3f} | {r[-2.0]['FAIL']:.3f} |", flush=True)
+    print("\n# kld/kld, heavy-tailed per-item KL (capped at the cap, exact betting bound); excess of the capped mean;"
+          f" tol {KL_TOL}, cap {KLD_CAP}, baseline own KL Gamma(0.5) mean {KL_SELF}")
+    print("| per-item KL | n | raw mean at excess tol | P(FAIL|0) | P(PASS|excess tol) | P(PASS|0) | P(FAIL|2 tol) |")
+    print("|---|---|---|---|---|---|---|")
+    for fam, shape in (("lognormal", 1.0), ("lognormal", 2.0), ("pareto", 2.5), ("pareto", 3.5)):
+        for n in (100, 300):
+            r0, r1, r2 = (kl_rates(fam, shape, e * KL_TOL, n, trials, rng) for e in (0.0, 1.0, 2.0))
+            print(f"| {fam} {shape} | {n} | {r1['raw_mean']:.4f} | {r0['FAIL']:.4f} | {r1['PASS']:.4f} | {r0['PASS']:.3f} | "
+                  f"{r2['FAIL']:.3f} |", flush=True)
+    first = 60
+    rounds = suite_items([(TOL, 1.0)], first, 0.05) // first
+    looks, levels = gate_design(None, trials, rng, first, rounds)
+    print(f"\n# whole budgeted gates at the default plan ({rounds} rounds of {first} items per open suite, "
+          f"suites {', '.join(f'{k}: {v.model}' for k, v in GATE_SUITES.items())}, tol {TOL})")
+    print("| true state | P(PASS) | P(FAIL) | median requests |")
+    print("|---|---|---|---|")
+    for label, state in (("all Δ=0", {}), ("toolcall -tol", {"toolcall": -1.0}), ("toolcall -2 tol", {"toolcall": -2.0}),
+                         ("all -2 tol", {s: -2.0 for s in GATE_SUITES})):
+        w = whole_gate(state, trials, rng, looks, levels)
+        print(f"| {label} | {w['PASS']:.4f} | {w['FAIL']:.4f} | {w['median_requests']:.0f} |", flush=True)
