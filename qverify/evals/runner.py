@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from qverify.errors import BadInput, InfraError
 from qverify.evals.client import CallResult, Client, StreamTiming, Timeouts, stream_chat
 from qverify.evals.store import RunStore
+from qverify.interrupt import STOP
 from qverify.models import BuildManifest, Endpoint, Item, ItemResult, RunManifest, ServingProfile, content_hash, utcnow
 from qverify.suites.base import Suite, item_set_hash
 
@@ -170,7 +171,31 @@ async def perf_probe(client: Client, suite: Suite, items: list[Item], n: int, sa
 
 
 async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str] | None, server_info: dict,
-                   alive=lambda: True, versions: dict | None = None, show_progress: bool = True) -> list[SuiteSummary]:
+                   alive=lambda: True, versions: dict | None = None, show_progress: bool = True,
+                   warn=None) -> list[SuiteSummary]:
+    """Every pending item of every suite; stops within a fraction of a second of qverify.interrupt.STOP
+    (Ctrl-C or SIGTERM, also on a worker thread), results written so far flushed and kept."""
+    main = asyncio.ensure_future(_run_plan(plan, endpoint, server_command, server_info, alive, versions,
+                                           show_progress, warn))
+    watch = asyncio.ensure_future(_cancel_on_stop(main))
+    try:
+        return await main
+    except asyncio.CancelledError:
+        if STOP.is_set():
+            raise KeyboardInterrupt from None  # the command's handler words it (qverify.cli.main)
+        raise
+    finally:
+        watch.cancel()
+
+
+async def _cancel_on_stop(task: asyncio.Future) -> None:
+    while not STOP.is_set():
+        await asyncio.sleep(0.2)
+    task.cancel()
+
+
+async def _run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str] | None, server_info: dict,
+                    alive, versions: dict | None, show_progress: bool, warn) -> list[SuiteSummary]:
     client = Client(endpoint, concurrency=plan.concurrency, timeouts=plan.timeouts)
     pending = plan.pending()
     try:
@@ -196,6 +221,10 @@ async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str]
                 task = prog.add_task(f"{suite.name} ×{plan.replicates}", total=len(plan.items[suite.name]) * plan.replicates,
                                      completed=len(plan.items[suite.name]) * plan.replicates - len(todo))
                 writers = {r: st.writer(r).__enter__() for r in range(plan.replicates)}
+                for r, w in writers.items():
+                    if w.quarantined and warn:
+                        warn(f"runs/{plan.build_id}/{suite.name}/r{r}.jsonl: {w.quarantined} damaged line(s) moved to "
+                             f"{w.path.stem}.quarantine.jsonl; every valid result is kept and those items run again")
                 try:
                     for coro in asyncio.as_completed([_one(client, suite, it, r, plan.seed_salt) for it, r in todo]):
                         ir = await coro
