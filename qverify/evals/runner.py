@@ -135,6 +135,11 @@ async def _one(client: Client, suite: Suite, item: Item, r: int, salt: int = 0) 
     body["seed"] = seed
     body["return_meta_info"] = True  # SGLang: per-request spec_accept_length; ignored elsewhere
     res: CallResult = await client.call(body, kind="completion" if item.kind == "completion" else "chat")
+    if res.response is not None and suite.sampling.logprobs and not res.response.logprobs:
+        # a metric over logprobs (KL) would otherwise be computed on the items that happen to have them: a
+        # response without what the suite asked for is this item's error, counted against the error budget
+        res = CallResult(None, "no_logprobs", res.latency_s, res.attempts,
+                         "the suite asked for logprobs and the response has none (does the server support them?)")
     ir = ItemResult(item_id=item.id, suite=suite.name, replicate=r, seed=seed, request_hash=content_hash(body),
                     response=res.response, error=res.error, latency_s=round(res.latency_s, 4),
                     metadata={"attempts": res.attempts, **({"error_detail": res.detail} if res.error else {})})
