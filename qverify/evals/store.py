@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +26,9 @@ log = logging.getLogger(__name__)
 def atomic_write_text(path: Path, text: str) -> None:
     """Write-then-rename; the temp name is unique, so two writers never write into one temp file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # mode 0o666 as open() uses (the umask applies), not mkstemp's 0600: a manifest stays readable as before
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

@@ -88,6 +88,9 @@ def test_temp_files_have_unique_names_so_concurrent_writers_never_collide(tmp_pa
     assert not errors, errors[:1]
     assert len(set(target.read_text().splitlines())) == 1  # one writer's whole text, never a mix
     assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]  # no temp file left behind
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() makes it: readable by others as before
 
 
 def _interrupt(bf16_build, tmp_path, sig: int) -> tuple[int, str, float, Path]:
