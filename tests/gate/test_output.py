@@ -100,11 +100,12 @@ def test_the_table_says_how_many_items_each_metric_was_decided_on(wd):
 
     report = run_gate(wd, "base", ["cand"], suites=["coding", "toolcall"], config=QVerifyConfig(), write=False)
     c = report.candidates[0]
-    con = Console(force_terminal=True, width=250, record=True)
+    con = Console(force_terminal=True, width=250, record=True, file=open(os.devnull, "w"))
     con.print(candidate_table(c, "base"))
-    header = next(ln for ln in con.export_text().splitlines() if "metric" in ln and "verdict" in ln)
+    text = con.export_text()  # (export_text clears the record: read it once)
+    header = next(ln for ln in text.splitlines() if "metric" in ln and "verdict" in ln)
     assert "items" in header
-    rows = {ln.split("│")[1].strip(): [x.strip() for x in ln.split("│")] for ln in con.export_text().splitlines()
+    rows = {ln.split("│")[1].strip(): [x.strip() for x in ln.split("│")] for ln in text.splitlines()
             if ln.count("│") > 5}
     cols = [x.strip() for x in header.split("┃")]
     for m in c.metrics:
