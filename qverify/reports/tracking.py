@@ -104,12 +104,12 @@ def session(target: TrackingTarget) -> Iterator[object]:
         os.environ.setdefault(k, v)
     os.environ.update(FORCED)
     try:
-        mlflow.set_tracking_uri(target.uri)
-        mlflow.set_registry_uri(target.uri)
-        client = MlflowClient(tracking_uri=target.uri, registry_uri=target.uri)
         with _first_use_lock(target):
             # MLflow creates (and migrates) a sqlite store on first touch: two processes touching a fresh one
-            # at once failed with "duplicate column name: step". Touch both stores here, one process at a time.
+            # at once failed with "duplicate column name: step". Open and touch both stores one process at a time.
+            mlflow.set_tracking_uri(target.uri)
+            mlflow.set_registry_uri(target.uri)
+            client = MlflowClient(tracking_uri=target.uri, registry_uri=target.uri)
             client.search_experiments(max_results=1)
             client.search_registered_models(max_results=1)
         yield client
