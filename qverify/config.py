@@ -36,9 +36,15 @@ def parse_budget(text: str) -> tuple[int | None, float | None]:
 ALPHA = 0.05  # the gate's error rate per metric and build (docs/gate.md, "The rule")
 ERROR_BUDGET = 0.02  # the infrastructure-error rate a complete run may have (docs/eval.md)
 
+# Upper bounds that keep a typo from planning a billion requests (memory grows with the plan before the first
+# request): above any real benchmark's item count (MMLU ~14k) and any replicate count a gate needs.
+MAX_LIMIT = 50_000
+MAX_REPLICATES = 100
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # nan passes every range check (all comparisons are False) and inf is no timeout: refuse both here
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class MetricRule(_Strict):
@@ -72,8 +78,8 @@ class QVerifyConfig(_Strict):
     baseline: str = "bf16"
     candidates: list[str] = Field(default_factory=lambda: ["fp8kv_nvfp4shared"])
     suites: list[str] = Field(default_factory=lambda: ["coding", "toolcall", "longctx", "verifier", "kld"])
-    replicates: int = Field(3, ge=1)
-    limit: int | None = Field(None, ge=1, description="items per suite (default: each suite's default_n)")
+    replicates: int = Field(3, ge=1, le=MAX_REPLICATES)
+    limit: int | None = Field(None, ge=1, le=MAX_LIMIT, description="items per suite (default: each suite's default_n)")
     source: str = "synthetic"
     seed_salt: int = Field(0, ge=0, description="salts every replicate seed: another value is an independent session "
                                                  "(0: the historical seeds); baseline and candidate share seeds only "

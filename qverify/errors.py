@@ -74,9 +74,18 @@ def read_input_text(path, what: str, fix: str) -> str:
     """A user-given text file (recipe, config, profile): a directory or binary content is bad input."""
     from pathlib import Path
 
+    import stat
+
     p = Path(path)
     if p.is_dir():
         raise BadInput(f"{what} {p} is a directory, not a file", fix=fix)
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        mode = None  # missing or unreadable: the read below words it
+    if mode is not None and not stat.S_ISREG(mode):
+        # a FIFO (or a device) would block the read forever, or stream without end: refuse it before opening
+        raise BadInput(f"{what} {p} is not a regular file (a FIFO, socket or device)", fix=fix)
     try:
         return p.read_text(encoding="utf-8")
     except UnicodeDecodeError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from qverify.config import QVerifyConfig, ServingConfig
 from qverify.errors import BadInput
 from qverify.evals.client import DEFAULT_CONCURRENCY, timeouts_for
+from qverify.evals.lock import run_lock
 from qverify.evals.runner import EvalPlan, SuiteSummary, run_plan, summarize
 from qverify.models import BuildManifest, Endpoint, ServingProfile, canonical_split
 from qverify.versions import RUN_PACKAGES, package_versions
@@ -136,11 +138,20 @@ def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str] | 
     `spec` defaults to qverify.toml's defaults; `suites` and keyword `overrides` (EvalSpec fields) replace parts of it.
     Results already complete are a no-op: nothing is written and no server is needed.
     """
-    from qverify.serve import get_backend
-
     spec = (spec or EvalSpec.from_config()).override(suites=suites, **overrides)
     serving = spec.serving or ServingProfile()
     build_dir, manifest = workdir.resolve_build(build_ref)
+    with ExitStack() as locks:  # one process owns each run, from the check of what is stored to the last write
+        for name in spec.suites:
+            locks.enter_context(run_lock(workdir.run_dir(manifest.build_id, name), f"runs/{manifest.build_id}/{name}"))
+        return _evaluate_locked(workdir, build_dir, manifest, spec, serving, show_progress, on_ready, warn)
+
+
+def _evaluate_locked(workdir: Workdir, build_dir: Path, manifest: BuildManifest, spec: EvalSpec, serving: ServingProfile,
+                     show_progress: bool, on_ready: Callable[[Endpoint], None] | None,
+                     warn: Callable[[str], None] | None) -> list[SuiteSummary]:
+    from qverify.serve import get_backend
+
     plan = make_plan(workdir, build_dir, manifest, spec)
     pending = plan.pending()
     closed = {s.name: m for s in plan.suites if (m := plan.store(s.name).read_manifest()) and m.finished}
@@ -159,7 +170,7 @@ def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str] | 
         if on_ready:
             on_ready(endpoint)
         return asyncio.run(run_plan(plan, endpoint, backend.redacted_command(), backend.info(), alive=backend.alive,
-                                    versions=package_versions(RUN_PACKAGES), show_progress=show_progress))
+                                    versions=package_versions(RUN_PACKAGES), show_progress=show_progress, warn=warn))
 
 
 def evaluate_builds(workdir: Workdir, build_refs: list[str], spec: EvalSpec, show_progress: bool = True,

@@ -8,6 +8,12 @@ Stdlib http.server rather than FastAPI: these must send bytes no framework would
            again on a retry), shape 0 being a valid answer; GETs answer garbage too
            except the health probe
   hang     POSTs sleep for `hang_s` before answering; GETs (health) answer at once
+  endless  POSTs answer 200 with a chunked body that never ends (until the client hangs up)
+  huge     POSTs answer 200 with a Content-Length body of `huge_mb` MB
+  gzipbomb POSTs answer 200 with a small gzip body that decodes to `huge_mb` MB
+  badgzip  POSTs answer a valid plain JSON completion labelled Content-Encoding: gzip
+  ratelimit the first POST of each body answers 429 with Retry-After `retry_after`; the next a completion;
+           `post_times` records when each POST arrived
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 CODE = "```python\ndef f(x):\n    return x\n```"
@@ -58,10 +65,20 @@ GARBAGE: list[tuple[str, bytes]] = [
 GARBAGE_STREAM = [b"data: [1, 2]\n\n", b"data: {\"choices\": [null]}\n\n", b"data: \xff\xfe\n\n", b"data: {trunc"]
 
 
+def _gzip_bomb(mb: int) -> bytes:
+    """gzip of `mb` MB of spaces, built 1 MB at a time so the test process never holds the decoded size."""
+    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = b" " * 2**20
+    return b"".join(z.compress(block) for _ in range(mb)) + z.flush()
+
+
 class BadServer:
-    def __init__(self, mode: str = "canned", hang_s: float = 60.0):
-        self.mode, self.hang_s = mode, hang_s
+    def __init__(self, mode: str = "canned", hang_s: float = 60.0, huge_mb: int = 256, retry_after: str = "2"):
+        self.mode, self.hang_s, self.huge_mb, self.retry_after = mode, hang_s, huge_mb, retry_after
         self.posts = 0
+        self.post_times: list[float] = []
+        # the bomb is built once: 1 MB of gzip that decodes to huge_mb MB of spaces (valid JSON whitespace)
+        self._bomb = _gzip_bomb(huge_mb) if mode == "gzipbomb" else b""
         self.seen: dict[bytes, int] = {}
         outer = self
 
@@ -88,6 +105,9 @@ class BadServer:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.posts += 1
+                outer.post_times.append(time.monotonic())
+                if outer.mode in ("endless", "huge", "gzipbomb", "badgzip", "ratelimit"):
+                    return self._hostile(body)
                 req = json.loads(body or b"{}")
                 streamed = bool(req.pop("stream", False))
                 if outer.mode == "hang":
@@ -106,6 +126,47 @@ class BadServer:
                     return self._send(200, "text/event-stream", GARBAGE_STREAM[n % len(GARBAGE_STREAM)])
                 ctype, payload = GARBAGE[n % len(GARBAGE)]
                 return self._send(200, ctype, payload)
+
+            def _hostile(self, body: bytes) -> None:
+                try:
+                    if outer.mode == "ratelimit":
+                        n = outer.seen.setdefault(body, 0)
+                        outer.seen[body] = n + 1
+                        if n == 0:
+                            self.send_response(429)
+                            self.send_header("Retry-After", outer.retry_after)
+                            self.send_header("Content-Length", "2")
+                            self.end_headers()
+                            self.wfile.write(b"{}")
+                            return
+                        return self._send(200, "application/json", completion())
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    if outer.mode == "badgzip":
+                        self.send_header("Content-Encoding", "gzip")
+                        return self._send_body(completion())
+                    if outer.mode == "gzipbomb":
+                        self.send_header("Content-Encoding", "gzip")
+                        return self._send_body(outer._bomb)
+                    block = b" " * 2**20
+                    if outer.mode == "huge":
+                        self.send_header("Content-Length", str(outer.huge_mb * 2**20))
+                        self.end_headers()
+                        for _ in range(outer.huge_mb):
+                            self.wfile.write(block)
+                        return
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    chunk = f"{len(block):x}\r\n".encode() + block + b"\r\n"
+                    while True:  # endless: only the client hanging up stops it
+                        self.wfile.write(chunk)
+                except OSError:  # the client stopped reading: what a capped client does
+                    self.close_connection = True
+
+            def _send_body(self, payload: bytes) -> None:
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

@@ -55,6 +55,14 @@ def one_error_line(r) -> str:
     (["capacity", "b", "--tp", "0"], "--tp"),
     (["capacity", "b", "--mem-fraction", "1.5"], "--mem-fraction"),
     (["build", "--recipe", "bf16", "--calib-samples", "0"], "--calib-samples"),
+    # nan passes every comparison, inf is no time: refused where numbers are read (#31)
+    (["eval", "b", "--error-budget", "nan"], "--error-budget"),
+    (["eval", "b", "--item-timeout", "nan"], "--item-timeout"),
+    (["eval", "b", "--item-timeout", "inf"], "--item-timeout"),
+    (["eval", "b", "--read-timeout", "inf"], "--read-timeout"),
+    # a billion items or replicates planned memory before the first request, then hung (#31)
+    (["eval", "b", "--limit", "1000000000"], "--limit"),
+    (["eval", "b", "--replicates", "1000000000"], "--replicates"),
 ])
 def test_numeric_options_are_validated_with_a_fix(argv, names, tmp_path):
     r = run("--workdir", str(tmp_path / "wd"), *argv, cwd=tmp_path)
@@ -78,6 +86,11 @@ def test_numeric_options_are_validated_with_a_fix(argv, names, tmp_path):
     ('budget = "ten minutes"', "budget"),
     ('budget = "0"', "budget"),
     ("looks = 0", "looks"),
+    ("error_budget = nan", "error_budget"),
+    ("[client]\nitem_timeout_s = inf", "client.item_timeout_s"),
+    ("noise_k = inf", "noise_k"),
+    ("replicates = 1000000000", "replicates"),
+    ("limit = 1000000000", "limit"),
 ])
 def test_config_values_are_validated_with_a_fix(toml, key, tmp_path):
     (tmp_path / "q.toml").write_text(toml + "\n")
@@ -96,6 +109,16 @@ def test_binary_recipe_config_and_a_directory_as_config_are_bad_input(tmp_path):
         r = run("--workdir", str(tmp_path / "wd"), *argv, cwd=tmp_path)
         assert r.returncode == 4, (argv, r.stderr)
         assert "fix:" in one_error_line(r)
+
+
+def test_a_config_that_is_a_fifo_is_bad_input_at_once(tmp_path):
+    fifo = tmp_path / "q.toml"
+    os.mkfifo(fifo)  # nothing ever writes to it: reading it would block forever
+    r = run("--workdir", str(tmp_path / "wd"), "gate", "--config", str(fifo), cwd=tmp_path)
+    assert r.returncode == 4, r.stderr
+    assert "not a regular file" in one_error_line(r)
+    r = run("--workdir", str(tmp_path / "wd"), "build", "--recipe", str(fifo), cwd=tmp_path)
+    assert r.returncode == 4, r.stderr  # a recipe path that is no file is "not found" before anything opens it
 
 
 # ---------------------------------------------------------------- the workdir itself

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
 
+from qverify.config import MAX_LIMIT, MAX_REPLICATES
 from qverify.errors import BadInput
 
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="qverify.toml to read (default ./qverify.toml)")]
@@ -26,10 +28,12 @@ def in_range(ge: float | None = None, gt: float | None = None, lt: float | None 
     def check(ctx: typer.Context, param: typer.CallbackParam, value: float | None) -> float | None:
         if value is None or ctx.resilient_parsing:
             return value
+        flag = max(param.opts, key=len) if getattr(param, "opts", None) else param.name
+        if not math.isfinite(value):  # nan passes every comparison below; inf is no count and no time
+            raise BadInput(f"{flag} must be a finite number (got {value})", fix=fix or f"pass a number for {flag}")
         bad = ((ge is not None and value < ge) or (gt is not None and value <= gt)
                or (lt is not None and value >= lt) or (le is not None and value > le))
         if bad:
-            flag = max(param.opts, key=len) if getattr(param, "opts", None) else param.name
             bounds = " and ".join(f"{op} {b:g}" for op, b in ((">=", ge), (">", gt), ("<", lt), ("<=", le))
                                   if b is not None)
             raise BadInput(f"{flag} must be {bounds} (got {value:g})", fix=fix or f"pass {flag} {bounds}")
@@ -43,6 +47,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output: 
 BUILD_REF_HELP = "build id, unique id prefix, recipe name (one build), or build dir"  # qverify.workdir.Workdir.resolve_build
 POSITIVE_INT_FIX = "pass a whole number of 1 or more"
 Count = in_range(ge=1, fix=POSITIVE_INT_FIX)
+# the upper bounds are QVerifyConfig's (qverify.config), so the flag and qverify.toml refuse the same values
+Limit = in_range(ge=1, le=MAX_LIMIT, fix=f"pass a number of items from 1 to {MAX_LIMIT}")
+Replicates = in_range(ge=1, le=MAX_REPLICATES, fix=f"pass a number of replicates from 1 to {MAX_REPLICATES} (3 or more to gate)")
 Seconds = in_range(gt=0, fix="pass a number of seconds above 0")
 Port = in_range(ge=1, le=65535, fix="pass a port between 1 and 65535, or omit it to pick a free one")
 ErrorBudget = in_range(ge=0, lt=0.5, fix="pass a rate such as 0.02 (2%); at 0.5 or more half the results could be errors")

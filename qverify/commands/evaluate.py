@@ -11,17 +11,8 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import (
-    BUILD_REF_HELP,
-    SEED_SALT_HELP,
-    ConfigOpt,
-    Count,
-    ErrorBudget,
-    Port,
-    Seconds,
-    SeedSalt,
-    state,
-)
+from qverify.commands._common import (BUILD_REF_HELP, SEED_SALT_HELP, ConfigOpt, Count, ErrorBudget, Limit, Port,
+                                     Replicates, Seconds, SeedSalt, state)
 
 
 def eval_cmd(
@@ -29,13 +20,13 @@ def eval_cmd(
     build: Annotated[str, typer.Argument(help=BUILD_REF_HELP)],
     suites: Annotated[str | None, typer.Option(help="comma-separated suite names; lmeval:<task> for lm-eval tasks "
                                                     "(default: qverify.toml's suites)")] = None,
-    replicates: Annotated[int | None, typer.Option(callback=Count, help="runs per item, seeds differ per replicate (default 3)")] = None,
+    replicates: Annotated[int | None, typer.Option(callback=Replicates, help="runs per item, seeds differ per replicate (default 3)")] = None,
     backend: Annotated[str | None, typer.Option(help="local | sglang | endpoint (default: from --profile, else local)")] = None,
     profile: Annotated[str | None, typer.Option(help="serving profile name or YAML (sglang)")] = None,
     endpoint: Annotated[str | None, typer.Option(help="URL of a running server (backend endpoint)")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="env var holding the endpoint's API key")] = None,
     concurrency: Annotated[int | None, typer.Option(callback=Count, help="requests in flight (default: local 256, else 64)")] = None,
-    limit: Annotated[int | None, typer.Option(callback=Count, help="items per suite (default: each suite's own)")] = None,
+    limit: Annotated[int | None, typer.Option(callback=Limit, help="items per suite (default: each suite's own)")] = None,
     split: Annotated[str, typer.Option(help="test (default; what the model card reports), validation or train")] = "test",
     source: Annotated[str | None, typer.Option(help="synthetic (default), or a suite's real-data source (humaneval, bfcl)")] = None,
     port: Annotated[int | None, typer.Option(callback=Port, help="server port (default: a free one)")] = None,

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from qverify.evals.body import ACCEPT_ENCODING, MAX_BODY_BYTES, MAX_ERROR_BODY_BYTES, BodyTooLarge, capped_lines, read_capped, retry_after_s
 from qverify.models import Endpoint, Response, ToolCall
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
@@ -138,6 +139,7 @@ class Client:
         self.in_flight = 0
         self.max_in_flight = 0
         headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key and endpoint.api_key != "EMPTY" else {}
+        headers["Accept-Encoding"] = ACCEPT_ENCODING  # the encodings evals/body.py decodes under its cap
         self.http = httpx.AsyncClient(base_url=endpoint.base_url, timeout=self.timeouts.httpx(), headers=headers,
                                       limits=httpx.Limits(max_connections=concurrency * 2))
 
@@ -162,14 +164,18 @@ class Client:
 
     async def _call(self, path: str, body: dict[str, Any], kind: str, tries: list[int]) -> CallResult:
         t0 = time.perf_counter()
+        deadline = t0 + self.timeouts.item_s
         err, detail = "connection", None
         for attempt in range(1, self.retries + 2):
             tries[0] = attempt
+            wait = None
             try:
-                r = await self.http.post(path, json=body)
-                if r.status_code == 200:
+                async with self.http.stream("POST", path, json=body) as r:
+                    ok = r.status_code == 200
+                    raw = await read_capped(r, MAX_BODY_BYTES if ok else MAX_ERROR_BODY_BYTES, strict=ok)
+                if ok:
                     try:
-                        data = r.json()
+                        data = json.loads(raw)
                         resp = parse_chat(data) if kind == "chat" else parse_completion(data)
                         return CallResult(resp, None, time.perf_counter() - t0, attempt)
                     except Exception as e:  # noqa: BLE001 - any body that is not a completion is this item's error
@@ -178,17 +184,35 @@ class Client:
                             break
                         await asyncio.sleep(self.backoff_s)
                         continue
-                detail = r.text[:300]
+                text = raw.decode("utf-8", "replace")
+                detail = text[:300]
                 if r.status_code not in RETRY_STATUS:
-                    err = _classify_400(r.text) if r.status_code == 400 else f"http_{r.status_code}"
+                    err = _classify_400(text) if r.status_code == 400 else f"http_{r.status_code}"
                     return CallResult(None, err, time.perf_counter() - t0, attempt, detail)
                 err = "http_429" if r.status_code == 429 else "http_5xx"
+                wait = retry_after_s(r)
+            except (httpx.DecodingError, BodyTooLarge) as e:
+                # a body that does not decode (gzip on plain bytes) or is too big: this item's answer is bad,
+                # never a crash of the whole eval; retried once like any bad body
+                err, detail = "bad_response", f"{type(e).__name__}: {e}"[:200]
+                if attempt >= 2:
+                    break
+                await asyncio.sleep(self.backoff_s)
+                continue
             except httpx.TimeoutException as e:
                 err, detail = "timeout", str(e)[:200]
             except httpx.TransportError as e:
                 err, detail = "connection", f"{type(e).__name__}: {e}"[:200]
             if attempt <= self.retries:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
+                if wait is not None:
+                    # the server said when to come back (429/503 Retry-After): honour it, unless that is past
+                    # this item's time budget, where waiting only turns a clear http_429 into a timeout
+                    if time.perf_counter() + wait > deadline:
+                        detail = f"Retry-After {wait:g}s is past the item timeout ({self.timeouts.item_s:g}s): {detail}"[:300]
+                        break
+                    await asyncio.sleep(wait)
+                else:
+                    await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
         return CallResult(None, err, time.perf_counter() - t0, tries[0], detail)
 
 
@@ -225,7 +249,7 @@ async def stream_chat(client: Client, body: dict[str, Any]) -> StreamTiming:
         err = "timeout"
     except httpx.TransportError:
         err = "connection"
-    except (ValueError, AttributeError, TypeError):  # not JSON, invalid UTF-8, or JSON of the wrong shape
+    except (ValueError, AttributeError, TypeError, httpx.DecodingError):  # not JSON, not UTF-8, wrong shape, over the cap
         err = "bad_response"
     return StreamTiming(seen["ttft"], time.perf_counter() - t0, seen["tokens"], err)
 
@@ -233,9 +257,9 @@ async def stream_chat(client: Client, body: dict[str, Any]) -> StreamTiming:
 async def _stream(client: Client, body: dict[str, Any], t0: float, seen: dict[str, Any]) -> str | None:
     async with client.http.stream("POST", "/chat/completions", json=body) as r:
         if r.status_code != 200:
-            await r.aread()
+            await read_capped(r, MAX_ERROR_BODY_BYTES, strict=False)
             return f"http_{r.status_code}"
-        async for line in r.aiter_lines():
+        async for line in capped_lines(r):
             if not line.startswith("data:") or line.strip() == "data: [DONE]":
                 continue
             chunk = json.loads(line[5:])

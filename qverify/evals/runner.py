@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from qverify.errors import BadInput, InfraError
 from qverify.evals.client import CallResult, Client, StreamTiming, Timeouts, stream_chat
 from qverify.evals.store import RunStore
+from qverify.interrupt import STOP
 from qverify.models import BuildManifest, Endpoint, Item, ItemResult, RunManifest, ServingProfile, content_hash, utcnow
 from qverify.suites.base import Suite, item_set_hash
 from qverify.workdir import run_path
@@ -135,6 +136,11 @@ async def _one(client: Client, suite: Suite, item: Item, r: int, salt: int = 0) 
     body["seed"] = seed
     body["return_meta_info"] = True  # SGLang: per-request spec_accept_length; ignored elsewhere
     res: CallResult = await client.call(body, kind="completion" if item.kind == "completion" else "chat")
+    if res.response is not None and suite.sampling.logprobs and not res.response.logprobs:
+        # a metric over logprobs (KL) would otherwise be computed on the items that happen to have them: a
+        # response without what the suite asked for is this item's error, counted against the error budget
+        res = CallResult(None, "no_logprobs", res.latency_s, res.attempts,
+                         "the suite asked for logprobs and the response has none (does the server support them?)")
     ir = ItemResult(item_id=item.id, suite=suite.name, replicate=r, seed=seed, request_hash=content_hash(body),
                     response=res.response, error=res.error, latency_s=round(res.latency_s, 4),
                     metadata={"attempts": res.attempts, **({"error_detail": res.detail} if res.error else {})})
@@ -186,7 +192,31 @@ async def perf_probe(client: Client, suite: Suite, items: list[Item], n: int, sa
 
 
 async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str] | None, server_info: dict,
-                   alive=lambda: True, versions: dict | None = None, show_progress: bool = True) -> list[SuiteSummary]:
+                   alive=lambda: True, versions: dict | None = None, show_progress: bool = True,
+                   warn=None) -> list[SuiteSummary]:
+    """Every pending item of every suite; stops within a fraction of a second of qverify.interrupt.STOP
+    (Ctrl-C or SIGTERM, also on a worker thread), results written so far flushed and kept."""
+    main = asyncio.ensure_future(_run_plan(plan, endpoint, server_command, server_info, alive, versions,
+                                           show_progress, warn))
+    watch = asyncio.ensure_future(_cancel_on_stop(main))
+    try:
+        return await main
+    except asyncio.CancelledError:
+        if STOP.is_set():
+            raise KeyboardInterrupt from None  # the command's handler words it (qverify.cli.main)
+        raise
+    finally:
+        watch.cancel()
+
+
+async def _cancel_on_stop(task: asyncio.Future) -> None:
+    while not STOP.is_set():
+        await asyncio.sleep(0.2)
+    task.cancel()
+
+
+async def _run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str] | None, server_info: dict,
+                    alive, versions: dict | None, show_progress: bool, warn) -> list[SuiteSummary]:
     client = Client(endpoint, concurrency=plan.concurrency, timeouts=plan.timeouts)
     pending = plan.pending()
     try:
@@ -212,6 +242,10 @@ async def run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str]
                 task = prog.add_task(f"{suite.name} ×{plan.replicates}", total=len(plan.items[suite.name]) * plan.replicates,
                                      completed=len(plan.items[suite.name]) * plan.replicates - len(todo))
                 writers = {r: st.writer(r).__enter__() for r in range(plan.replicates)}
+                for r, w in writers.items():
+                    if w.quarantined and warn:
+                        warn(f"runs/{plan.build_id}/{suite.name}/r{r}.jsonl: {w.quarantined} damaged line(s) moved to "
+                             f"{w.path.stem}.quarantine.jsonl; every valid result is kept and those items run again")
                 try:
                     if suite.runs_itself:
                         await _run_itself(plan, suite, endpoint, todo, writers, lambda t=task: prog.advance(t))

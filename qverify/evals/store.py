@@ -1,47 +1,76 @@
 """Crash-safe results store: <workdir>/runs/<build-id>/<suite>/r<k>.jsonl + manifest.json.
 
 Each r<k>.jsonl is append-only, one ItemResult per line, flushed and fsync'd in batches.
-A torn last line (a kill mid-write) is ignored on read and truncated on the next append,
-so resuming never loses a finished result nor duplicates one.
+A torn last line (a kill mid-write: no newline) is ignored on read and truncated on the next
+append, so resuming never loses a finished result nor duplicates one. Any other line that is
+not a result (a disk or an editor damaged it) is skipped on read, and moved to
+r<k>.quarantine.jsonl with a warning on the next append: the results after it are kept.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qverify.errors import BadInput
 from qverify.models import ItemResult, RunManifest
 from qverify.workdir import run_path
 
 
+log = logging.getLogger(__name__)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write-then-rename; the temp name is unique, so two writers never write into one temp file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    # mode 0o666 as open() uses (the umask applies), not mkstemp's 0600: a manifest stays readable as before
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
-def _read_results(path: Path) -> tuple[list[ItemResult], int]:
-    """Valid results and the byte length of the valid prefix (where a torn tail starts)."""
+def _scan(path: Path) -> tuple[list[ItemResult], list[bytes], list[bytes], int]:
+    """Valid results, their lines, the complete lines that are not results, and where a torn tail starts."""
     out: list[ItemResult] = []
-    good = 0
+    good: list[bytes] = []
+    bad: list[bytes] = []
+    end = 0
     if not path.exists():
-        return out, 0
+        return out, good, bad, 0
     with open(path, "rb") as f:
         for line in f:
             if not line.endswith(b"\n"):
-                break
+                break  # only the last line can lack its newline: a write cut short
+            end += len(line)
             try:
                 out.append(ItemResult.model_validate_json(line))
+                good.append(line)
             except ValueError:
-                break
-            good += len(line)
-    return out, good
+                bad.append(line)
+    return out, good, bad, end
+
+
+def _read_results(path: Path) -> list[ItemResult]:
+    rows, _, bad, _ = _scan(path)
+    if bad:
+        log.warning("%s: skipped %d line(s) that are not results (they are quarantined on the next eval)", path, len(bad))
+    return rows
+
+
+def quarantine_path(path: Path) -> Path:
+    return path.with_name(path.stem + ".quarantine.jsonl")
 
 
 @dataclass
@@ -50,12 +79,21 @@ class ReplicateWriter:
     fsync_every: int = 8
     _pending: int = 0
     _f: object = field(default=None, repr=False)
+    quarantined: int = 0  # lines moved to quarantine_path on open
 
     def __enter__(self) -> "ReplicateWriter":
-        _, good = _read_results(self.path)
+        _, good, bad, end = _scan(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if bad:
+            # keep the bad lines for a post-mortem, and every valid result (before and after them)
+            with open(quarantine_path(self.path), "ab") as q:
+                q.writelines(bad)
+                q.flush()
+                os.fsync(q.fileno())
+            atomic_write_text(self.path, b"".join(good).decode())
+            end, self.quarantined = self.path.stat().st_size, len(bad)
         self._f = open(self.path, "ab")
-        self._f.truncate(good)  # drop a torn tail left by a kill
+        self._f.truncate(end)  # drop a torn tail left by a kill
         return self
 
     def append(self, result: ItemResult) -> None:
@@ -91,14 +129,20 @@ class RunStore:
     def read_manifest(self) -> RunManifest | None:
         if not self.manifest_path.exists():
             return None
-        return RunManifest.model_validate_json(self.manifest_path.read_text())
+        try:
+            return RunManifest.model_validate_json(self.manifest_path.read_bytes())
+        except ValueError as e:  # a damaged file is the user's to fix, not a bug: name it and the way out
+            first = str(e).splitlines()[1] if len(str(e).splitlines()) > 1 else str(e)
+            raise BadInput(f"{self.manifest_path} is not a valid run manifest ({first.strip()[:80]})",
+                           fix=f"delete it and rerun the same `qverify eval` (its results are kept and the manifest "
+                               f"is rewritten), or `qverify eval ... --suites {self.dir.name} --fresh` to start over") from None
 
     def write_manifest(self, m: RunManifest) -> None:
         atomic_write_text(self.manifest_path, m.model_dump_json(indent=2))
 
     def results(self, k: int) -> list[ItemResult]:
         """Results of replicate k, last write per item wins (a retried item replaces its error)."""
-        rows, _ = _read_results(self.replicate_path(k))
+        rows = _read_results(self.replicate_path(k))
         by_item: dict[str, ItemResult] = {}
         for r in rows:
             by_item[r.item_id] = r

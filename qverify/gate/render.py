@@ -38,13 +38,14 @@ def _row(m: MetricResult) -> list[str]:
     why = m.reason + (f" → {m.advice}" if m.advice else "")
     return [m.metric, _num(m.baseline_mean) + _spread(m.baseline_spread), _num(m.candidate_mean) + _spread(m.candidate_spread),
             f"{m.delta:+.3f} [{m.ci_low:+.3f}, {m.ci_high:+.3f}]", _num(m.noise_band), f"{m.tolerance:.4g}",
-            _num(m.mde), p, _flips(m), verdict, why]
+            _num(m.mde), p, _flips(m), str(m.n_items), verdict, why]
 
 
 def candidate_table(c: CandidateReport, baseline: str) -> Table:
     t = Table(title=f"{c.recipe} ({c.build_id}) vs {baseline}: [{STYLE[c.verdict]}]{c.verdict}[/]", show_lines=False)
+    # items: how many paired items the metric was decided on (a KL over a silent subset shows here)
     for col in ("metric", "baseline", "candidate", "Δ [one-sided bounds]", "run SD", "tol", "MDE", "p FAIL (Holm)", "flips",
-                "verdict", "why"):
+                "items", "verdict", "why"):
         t.add_column(col, overflow="fold", max_width=60 if col == "why" else None)
     for m in sorted(c.metrics, key=lambda m: (not m.gated, m.metric)):
         t.add_row(*_row(m))

@@ -37,6 +37,9 @@ def check_model_dir(path: Path, what: str, default: bool = False, allow_quantize
         raise BadInput(f"{path} has no tokenizer files", fix="save the tokenizer next to the model (tokenizer.save_pretrained)")
     if config.get("quantization_config") and not allow_quantized:
         raise BadInput(f"{path} is already quantized", fix=f"pass the unquantized {what} (e.g. a bf16 build's source)")
+    from qverify.quantize.shapes import check_shapes
+
+    check_shapes(path)  # a config.json that lies about shapes is the source's fault: say so before building
     return path.resolve()
 
 

@@ -46,7 +46,7 @@ def compare(workdir: Path, baseline: str | None = None, tracking_uri: str | None
     target = resolve(workdir, tracking_uri)
     replay = shlex.join(["qverify", "report", "--compare"] + (["--baseline", baseline] if baseline else []))
     step = ["connecting"]
-    with session(target) as client, guard(target, step, replay):
+    with guard(target, step, replay), session(target) as client:  # guard first: opening the store is guarded too
         exps = [e.experiment_id for e in client.search_experiments(filter_string="name LIKE 'qverify/%'")]
         if not exps:
             raise BadInput(f"no qverify experiments at {target.display}", fix="upload a gate first: qverify report --gate ID")

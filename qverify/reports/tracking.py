@@ -104,9 +104,15 @@ def session(target: TrackingTarget) -> Iterator[object]:
         os.environ.setdefault(k, v)
     os.environ.update(FORCED)
     try:
-        mlflow.set_tracking_uri(target.uri)
-        mlflow.set_registry_uri(target.uri)
-        yield MlflowClient(tracking_uri=target.uri, registry_uri=target.uri)
+        with _first_use_lock(target):
+            # MLflow creates (and migrates) a sqlite store on first touch: two processes touching a fresh one
+            # at once failed with "duplicate column name: step". Open and touch both stores one process at a time.
+            mlflow.set_tracking_uri(target.uri)
+            mlflow.set_registry_uri(target.uri)
+            client = MlflowClient(tracking_uri=target.uri, registry_uri=target.uri)
+            client.search_experiments(max_results=1)
+            client.search_registered_models(max_results=1)
+        yield client
     finally:
         trk_utils._tracking_uri, reg_utils._registry_uri = saved
         for k, v in saved_env.items():
@@ -114,6 +120,24 @@ def session(target: TrackingTarget) -> Iterator[object]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextmanager
+def _first_use_lock(target: TrackingTarget) -> Iterator[None]:
+    """An exclusive fcntl lock beside a sqlite store (<db>.lock) while it is opened; no-op for a server."""
+    if not target.uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    db = Path(target.uri[len("sqlite:///"):])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # blocks: the other process's first use takes seconds
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 @contextmanager

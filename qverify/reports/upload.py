@@ -233,7 +233,8 @@ def upload_gate(workdir: Path, gate_id: str, tracking_uri: str | None = None, *,
     b = staged.review.bundle
     target = resolve(workdir, tracking_uri)
     step = ["connecting"]
-    with session(target) as client, guard(target, step, replay_command(gate_id, workdir, target)):
+    # guard first: a failure while the store is opened (created, migrated) also carries the replay command
+    with guard(target, step, replay_command(gate_id, workdir, target)), session(target) as client:
         client.search_experiments(max_results=1)  # fail fast, before anything is written
         step.append("creating the experiment")
         exp_id = ensure_experiment(client, f"qverify/{b.model}", target)

@@ -92,6 +92,26 @@ def test_a_terminal_gets_the_table(wd):
     assert "run SD" in text and "┃" in text or "│" in text
 
 
+def test_the_table_says_how_many_items_each_metric_was_decided_on(wd):
+    """A metric computed on a subset of the items (KL where only some responses had logprobs) shows it (#31)."""
+    from rich.console import Console
+
+    from qverify.gate.render import candidate_table
+
+    report = run_gate(wd, "base", ["cand"], suites=["coding", "toolcall"], config=QVerifyConfig(), write=False)
+    c = report.candidates[0]
+    con = Console(force_terminal=True, width=250, record=True, file=open(os.devnull, "w"))
+    con.print(candidate_table(c, "base"))
+    text = con.export_text()  # (export_text clears the record: read it once)
+    header = next(ln for ln in text.splitlines() if "metric" in ln and "verdict" in ln)
+    assert "items" in header
+    rows = {ln.split("│")[1].strip(): [x.strip() for x in ln.split("│")] for ln in text.splitlines()
+            if ln.count("│") > 5}
+    cols = [x.strip() for x in header.split("┃")]
+    for m in c.metrics:
+        assert m.n_items and rows[m.metric][cols.index("items")] == str(m.n_items), (m.metric, rows.get(m.metric))
+
+
 def test_gate_refuses_to_compare_sandboxed_with_unsandboxed(wd):
     report = run_gate(wd, "base", ["weakcand"], suites=["coding", "toolcall"], config=QVerifyConfig(),
                       write=False)
