@@ -8,12 +8,13 @@ given by path) for a path or a manifest.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from qverify.errors import BadInput
-from qverify.models import BuildManifest
+from qverify.models import SAFE_NAME, BuildManifest
 
 BUILD_MANIFEST = "build.json"
 GATE_REPORT = "gate.json"
@@ -78,17 +79,30 @@ class Workdir:
     def mlflow_artifacts(self) -> Path:
         return self.root / "mlartifacts"
 
+    def inside(self, base: Path, *parts: str) -> Path:
+        """base/parts if it lies strictly inside `base` (builds/, runs/, gates/) once `..` and absolute parts are
+        applied, else BadInput: names that reach us from build.json, recipes or the command line never write
+        elsewhere. Symlinks are not followed: one inside the workdir was put there by its owner (a build kept on
+        another disk), while `..` or `/` in a name comes from whoever wrote that name."""
+        path = base.joinpath(*parts)
+        top = Path(os.path.normpath(base))
+        resolved = Path(os.path.normpath(path))
+        if resolved == top or not resolved.is_relative_to(top):
+            raise BadInput(f"{path} resolves outside {top}",
+                           fix="use a build id or recipe name of letters, digits and . _ + - (no '/' or '..')")
+        return path
+
     def build_dir(self, build_id: str) -> Path:
-        return self.builds / build_id
+        return self.inside(self.builds, build_id)
 
     def build_manifest_path(self, build_id: str) -> Path:
         return manifest_path(self.build_dir(build_id))
 
     def run_dir(self, build_id: str, suite: str) -> Path:
-        return self.runs / build_id / suite
+        return self.inside(self.runs, build_id, suite)
 
     def gate_dir(self, gate_id: str) -> Path:
-        return self.gates / gate_id
+        return self.inside(self.gates, gate_id)
 
     def gate_report_path(self, gate_id: str) -> Path:
         return self.gate_dir(gate_id) / GATE_REPORT
@@ -118,11 +132,13 @@ class Workdir:
         """
         p = Path(ref)
         if not is_build(p):
-            cand = self.build_dir(str(ref))
+            # a name that is not one safe path component is never looked up under builds/ (no `..`, no `/`)
+            cand = self.build_dir(str(ref)) if SAFE_NAME.fullmatch(str(ref)) else p
             if is_build(cand):
                 p = cand
             else:
-                matches = [d for d in self.builds.glob(f"{ref}*") if is_build(d)] if self.builds.exists() else []
+                matches = ([d for d in self.builds.glob(f"{ref}*") if is_build(d)]
+                           if self.builds.exists() and SAFE_NAME.fullmatch(str(ref)) else [])
                 if len(matches) == 1:
                     p = matches[0]
                 else:
@@ -137,7 +153,7 @@ class Workdir:
 
     def resolve_build_id(self, ref: str) -> str:
         """A build id as filed under runs/ and builds/: exact id, unique id prefix, or unique recipe name."""
-        if (self.runs / ref).is_dir() or is_build(self.build_dir(ref)):
+        if SAFE_NAME.fullmatch(ref) and ((self.runs / ref).is_dir() or is_build(self.build_dir(ref))):
             return ref
         try:
             path, _ = self.resolve_build(ref)

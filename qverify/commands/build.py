@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import Count, state
+from qverify.commands._common import ConfigOpt, Count, TrustOpt, state
 
 
 def _quiet(verbose: bool) -> None:
@@ -95,16 +95,20 @@ def builds_cmd(ctx: typer.Context) -> None:
 def verify_build_cmd(
     ctx: typer.Context,
     build: Annotated[str, typer.Argument(help="build dir, or a build id under <workdir>/builds")],
+    trust_remote_code: TrustOpt = False,
+    config: ConfigOpt = None,
 ) -> None:
     """Check a build's file/tensor hashes against build.json and reload it with the serving loader."""
     s = state(ctx)
     _quiet(s.verbose)
+    from qverify.config import load_config
+    from qverify.models import SAFE_NAME
     from qverify.quantize.loader import verify_build
 
     p = Path(build)
-    if not p.is_dir() and s.workdir.build_dir(build).is_dir():
+    if not p.is_dir() and SAFE_NAME.fullmatch(build) and s.workdir.build_dir(build).is_dir():
         p = s.workdir.build_dir(build)
-    report = verify_build(p)
+    report = verify_build(p, trust_remote_code or load_config(Path(config) if config else None).trust_remote_code)
     s.out.data(report.model_dump())
     if not s.out.json_mode:
         s.out.console.print(f"[green]OK[/green] {report.build_id}: {report.hashed} hashes match build.json, "

@@ -239,6 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-batch", type=int, default=256, help="most sequences decoding at once")
     ap.add_argument("--kv-scale-mode", choices=["production", "compressed-tensors"], default="production",
                     help="FP8 latent KV: SGLang's one scale per layer (default) or compressed-tensors' k/v pair")
+    ap.add_argument("--trust-remote-code", action="store_true", help="allow the build's own code (when it needs it)")
     ap.add_argument("--no-quant", action="store_true", help="switch fake quantization off (logits = baseline)")
     spec = ap.add_mutually_exclusive_group()
     spec.add_argument("--spec", dest="spec", action="store_true", default=None, help="use the build's drafter")
@@ -250,7 +251,8 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(args.threads)
     _die_with_parent()
-    loaded = load_for_serving(args.build, quantization=not args.no_quant, speculative=args.spec, dtype=args.dtype)
+    loaded = load_for_serving(args.build, quantization=not args.no_quant, speculative=args.spec, dtype=args.dtype,
+                              trust_remote_code=args.trust_remote_code)
     app = create_app(loaded, max_batch=args.max_batch, threads=args.threads, kv_scale_mode=args.kv_scale_mode)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
 
