@@ -8,6 +8,8 @@ Stdlib http.server rather than FastAPI: these must send bytes no framework would
            again on a retry), shape 0 being a valid answer; GETs answer garbage too
            except the health probe
   hang     POSTs sleep for `hang_s` before answering; GETs (health) answer at once
+  echo     POSTs get a 400 whose body echoes the request's headers (the API key among them), as some
+           gateways do in their error messages
 """
 
 from __future__ import annotations
@@ -90,6 +92,9 @@ class BadServer:
                 outer.posts += 1
                 req = json.loads(body or b"{}")
                 streamed = bool(req.pop("stream", False))
+                if outer.mode == "echo":
+                    headers = json.dumps(dict(self.headers.items()))
+                    return self._send(400, "application/json", json.dumps({"error": f"bad request {headers}"}).encode())
                 if outer.mode == "hang":
                     time.sleep(outer.hang_s)
                     try:

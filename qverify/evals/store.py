@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qverify.models import ItemResult, RunManifest
+from qverify.scrub import scrub_obj, secrets
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -23,6 +24,14 @@ def atomic_write_text(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(path)
+
+
+def _scrubbed_json(model) -> str:
+    """A result or manifest as stored: no registered secret (an error body echoing the key), no URL userinfo."""
+    text = model.model_dump_json()
+    if secrets() or "@" in text:
+        text = json.dumps(scrub_obj(json.loads(text)), ensure_ascii=False, separators=(",", ":"))
+    return text
 
 
 def _read_results(path: Path) -> tuple[list[ItemResult], int]:
@@ -58,7 +67,7 @@ class ReplicateWriter:
         return self
 
     def append(self, result: ItemResult) -> None:
-        self._f.write(result.model_dump_json().encode() + b"\n")
+        self._f.write(_scrubbed_json(result).encode() + b"\n")
         self._f.flush()
         self._pending += 1
         if self._pending >= self.fsync_every:
@@ -93,7 +102,7 @@ class RunStore:
         return RunManifest.model_validate_json(self.manifest_path.read_text())
 
     def write_manifest(self, m: RunManifest) -> None:
-        atomic_write_text(self.manifest_path, m.model_dump_json(indent=2))
+        atomic_write_text(self.manifest_path, json.dumps(json.loads(_scrubbed_json(m)), indent=2, ensure_ascii=False))
 
     def results(self, k: int) -> list[ItemResult]:
         """Results of replicate k, last write per item wins (a retried item replaces its error)."""

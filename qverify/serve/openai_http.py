@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from qverify.errors import BadInput
+from qverify.scrub import register, shown_url
 
 # The first of these the server has decides. SGLang's /health_generate runs a one-token
 # generation, so 200 there means the model answers, not merely that the port is open.
@@ -49,6 +50,7 @@ def read_api_key(env_var: str | None) -> str | None:
     if not key:
         raise BadInput(f"environment variable {env_var} (the API key) is not set",
                        fix=f"export {env_var}=<key>, or point --api-key-env at the variable that holds it")
+    register(key)  # scrubbed from every result, manifest and log written from now on (qverify.scrub)
     return key
 
 
@@ -60,7 +62,7 @@ def probe_ready(root: str, headers: dict[str, str], timeout: float = 30.0) -> tu
         except httpx.HTTPError as e:
             return False, f"GET {path}: {type(e).__name__}"
         if r.status_code in (401, 403):
-            raise BadInput(f"{root}{path} refused the API key (HTTP {r.status_code})",
+            raise BadInput(f"{shown_url(root)}{path} refused the API key (HTTP {r.status_code})",
                            fix="set --api-key-env to the variable that holds the server's key")
         if r.status_code in (404, 405):
             continue
