@@ -69,13 +69,17 @@ def serve_cmd(
         info = srv.info()
         if s.out.json_mode:
             s.out.data({"endpoint": ep.base_url, "model": ep.model, "backend": prof.backend, "profile": prof.name,
-                        "ready_s": round(ready_s, 1), "command": srv.command(), "info": info})
+                        "ready_s": round(ready_s, 1), "command": srv.command(), "info": info,
+                        "api_key": ep.api_key if prof.backend == "local" else None})
             sys.stdout.flush()
         else:
             accept = info.get("avg_spec_accept_length")
             sys.stdout.write(f"serving {ep.model} at {ep.base_url} ({prof.backend}, profile {prof.name}); "
                              f"ready in {ready_s:.1f}s; KV capacity {info.get('max_total_num_tokens', '?')} tokens"
-                             + (f"; accept length {accept}" if accept else "") + "\nCtrl-C to stop\n")
+                             + (f"; accept length {accept}" if accept else "")
+                             # the local server's per-launch key: the one who started it is its only user
+                             + (f"\nAPI key (Authorization: Bearer): {ep.api_key}" if prof.backend == "local" else "")
+                             + "\nCtrl-C to stop\n")
             sys.stdout.flush()
         while srv.alive():
             time.sleep(2.0)

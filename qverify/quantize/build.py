@@ -31,8 +31,14 @@ from qverify.quantize.kv_scales import write_production_scales
 from qverify.quantize.loader import DRAFTER_DIR, VerifyReport, verify_build
 from qverify.quantize.recipe import LoadedRecipe, load_recipe
 from qverify.quantize.shipped import drop_shipped_modules, merge_shipped, read_shipped
-from qverify.quantize.source import (carry_files, check_model_dir, copy_model, copy_tokenizer, files_hash,
-                                     needs_remote_code)
+from qverify.quantize.source import (
+    carry_files,
+    check_model_dir,
+    copy_model,
+    copy_tokenizer,
+    files_hash,
+    needs_remote_code,
+)
 from qverify.workdir import Workdir, is_build, manifest_path
 
 OnStage = Callable[[str, float | None], None]

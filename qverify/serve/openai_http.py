@@ -30,6 +30,8 @@ SGLANG_INFO_KEYS = (
 SPEC_META_KEYS = ("spec_accept_length", "spec_verify_ct", "spec_accept_rate", "prompt_tokens", "completion_tokens",
                   "cached_tokens", "e2e_latency")
 REDACTED = "***"
+KEY_ENV = "QVERIFY_SERVER_KEY"  # the embedded server's per-launch key: in its environment, which other users
+# cannot read (its argv they can)
 
 
 def root_url(url: str) -> str:
