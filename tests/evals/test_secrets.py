@@ -7,8 +7,6 @@ from __future__ import annotations
 import base64
 import os
 
-from qverify.reports.redact import redact_obj
-from qverify.scrub import register, scrub_text
 from tests.badserver import BadServer
 from tests.evals.test_bad_servers import _eval, _workdir
 
@@ -48,6 +46,9 @@ def test_the_url_password_is_in_nothing_written(bf16_build, tmp_path):
 
 
 def test_registered_secrets_reach_the_report_redaction():
+    from qverify.reports.redact import redact_obj
+    from qverify.scrub import register, scrub_text
+
     # the parquet and MLflow artifacts pass through redact_obj: it masks what qverify registered, under any name
     register("zz-unnamed-credential-42")
     row = {"error_detail": "invalid key zz-unnamed-credential-42", "url": "https://bob:pw1234@h.example/v1"}
