@@ -24,6 +24,7 @@ except ImportError:  # pragma: no cover
 from qverify import __version__
 from qverify.commands._common import JsonOpt
 from qverify.errors import BadInput, ExitCode, QVerifyError, from_os_error
+from qverify.scrub import scrub_text
 
 _workdir = None  # the Workdir, set by the root callback: where a crash log goes
 
@@ -128,7 +129,7 @@ def _report(e: QVerifyError, verbose: bool) -> int:
         traceback.print_exc()
     # a multi-line message is a server log tail: keep its line breaks readable
     msg = f"{e}\n(fix: {e.fix})" if "\n" in str(e).strip() and e.fix else e.one_line()
-    print(f"error: {msg}", file=sys.stderr)
+    print(f"error: {scrub_text(msg)}", file=sys.stderr)
     return e.exit_code
 
 
@@ -145,12 +146,12 @@ def _crash(e: Exception, verbose: bool) -> int:
     for d in ([_workdir.logs] if _workdir else []) + [Path(tempfile.gettempdir())]:
         try:
             d.mkdir(parents=True, exist_ok=True)
-            (d / name).write_text(f"qverify {__version__}\nargv: {sys.argv}\n\n{text}")
+            (d / name).write_text(scrub_text(f"qverify {__version__}\nargv: {sys.argv}\n\n{text}"))
             where = d / name
             break
         except OSError:
             continue
-    first = (str(e).strip().splitlines() or [""])[0][:200]
+    first = scrub_text((str(e).strip().splitlines() or [""])[0][:200])
     log = f"; traceback in {where}" if where else ""
     print(f"error: unexpected {type(e).__name__}: {first} (fix: a bug in qverify{log}; rerun with -v to see it, "
           f"and report it)", file=sys.stderr)

@@ -30,6 +30,11 @@ class _LazyFileHandler(logging.FileHandler):
     def handleError(self, record: logging.LogRecord) -> None:
         pass
 
+    def format(self, record: logging.LogRecord) -> str:
+        from qverify.scrub import scrub_text
+
+        return scrub_text(super().format(record))  # a key or URL password a library logs never reaches the file
+
 
 def route_library_logs(logs_dir: Path, verbose: bool) -> Path:
     """Send library logs to a file under `logs_dir` (and to stderr with -v). Call before heavy imports."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -36,6 +37,20 @@ def content_hash(obj: Any, n: int = 16) -> str:
 
 def utcnow() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# Build ids and recipe names become folder names (builds/<id>, runs/<id>): one path component that cannot
+# climb (`..`), hide (a leading dot: temp dirs) or reach elsewhere (`/`). A build.json or recipe handed to us is
+# untrusted, so this is checked where they are read (BuildManifest, quantize.recipe.Recipe).
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+
+
+def safe_name(value: str, what: str) -> str:
+    """`value` if it is one safe path component (SAFE_NAME), else ValueError (pydantic reports it as invalid input)."""
+    if not SAFE_NAME.fullmatch(value):
+        raise ValueError(f"{what} {value!r} is not a safe name: letters, digits and . _ + - only, "
+                         "not starting with a dot, at most 200 characters")
+    return value
 
 
 DRAFTER_PREFIX = "drafter/"  # a build's drafter lives in its drafter/ folder (qverify.quantize.loader.DRAFTER_DIR)
@@ -86,6 +101,24 @@ class BuildManifest(Strict):
     composed_from: dict[str, str] | None = Field(
         None, description="a composed build (qverify/quantize/twin.py): {'target': build id, 'drafter': build id}")
     created: str = Field(default_factory=utcnow)
+
+    @field_validator("build_id")
+    @classmethod
+    def _safe_id(cls, v: str) -> str:
+        return safe_name(v, "build_id")
+
+    def remote_code(self, trusted: bool) -> bool:
+        """Whether the build's own code (auto_map: Kimi's tokenization_kimi.py) may run: only when the build needs
+        it AND the user allowed it (`--trust-remote-code` or qverify.toml's trust_remote_code). build.json's flag
+        alone never turns it on: a build directory someone hands us would otherwise run its Python as root.
+        Called before anything of the build is imported; BadInput (exit 4) when needed and not allowed."""
+        if self.trust_remote_code and not trusted:
+            from qverify.errors import BadInput
+
+            raise BadInput(f"build {self.build_id} loads its own Python code (trust_remote_code in build.json), "
+                           "which was not allowed", fix="read that code in the build dir, then pass --trust-remote-code "
+                           "(or set trust_remote_code = true in qverify.toml)")
+        return self.trust_remote_code
 
     def part_hashes(self, part: Literal["target", "drafter"]) -> dict[str, str]:
         """tensor_hashes of the served target or of the drafter (files under drafter/). recipe.yaml is
@@ -180,6 +213,7 @@ class Response(Strict):
     usage: dict[str, int] = Field(default_factory=dict)
     logprobs: list[dict[str, Any]] | None = Field(None, description="per token: {token, logprob, top: {tok: lp}}")
     meta_info: dict[str, Any] = Field(default_factory=dict)
+    model: str | None = Field(None, description="the model name the server answered with")
 
 
 class Score(Strict):
@@ -214,6 +248,10 @@ class ItemResult(Strict):
 class RunManifest(Strict):
     """Binds a run's results to everything they depend on."""
 
+    def served_other(self) -> list[str]:
+        """Model names this run was served under that are not its build id: the gate refuses such a run."""
+        return sorted({n for n in (self.served_model, *self.answered_models) if n and n != self.build_id})
+
     build_id: str
     suite: str
     suite_version: str
@@ -234,6 +272,9 @@ class RunManifest(Strict):
         None, description="where model code ran (suites that execute it); the gate never compares the two")
     perf: dict[str, float] = Field(default_factory=dict, description="ttft, decode tok/s, accept length")
     seed_salt: int = Field(0, description="replicate seeds' salt (0: the historical seeds; manifests without it had 0)")
+    served_model: str | None = Field(None, description="the model name requests asked for (the endpoint's pick when "
+                                                        "the build id was not listed); None in runs made before it")
+    answered_models: list[str] = Field(default_factory=list, description="model names the server's answers carried")
     started: str = Field(default_factory=utcnow)
     finished: str | None = None
 

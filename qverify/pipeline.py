@@ -46,6 +46,7 @@ class EvalSpec:
     item_timeout_s: float | None = None
     allow_unsandboxed: bool = False
     seed_salt: int = 0  # replicate seeds' salt (qverify.evals.runner.replicate_seed)
+    trust_remote_code: bool = False  # the user's permission for a build's own code; never read from build.json
 
     @classmethod
     def from_config(cls, cfg: QVerifyConfig | None = None, **overrides: Any) -> EvalSpec:
@@ -55,7 +56,8 @@ class EvalSpec:
                    concurrency=cfg.serving.concurrency, error_budget=cfg.error_budget, limit=cfg.limit,
                    port=cfg.serving.port, connect_timeout_s=cfg.client.connect_timeout_s,
                    read_timeout_s=cfg.client.read_timeout_s, item_timeout_s=cfg.client.item_timeout_s,
-                   allow_unsandboxed=cfg.allow_unsandboxed, seed_salt=cfg.seed_salt, suite_options=dict(cfg.suite_options))
+                   allow_unsandboxed=cfg.allow_unsandboxed, seed_salt=cfg.seed_salt, suite_options=dict(cfg.suite_options),
+                   trust_remote_code=cfg.trust_remote_code)
         return spec.override(**overrides)
 
     def override(self, **overrides: Any) -> EvalSpec:
@@ -91,7 +93,7 @@ def token_counter(build_dir: Path, trust_remote_code: bool = False) -> Callable[
         if tok is None:
             from transformers import AutoTokenizer
 
-            # a Kimi build's tokenizer is remote code: allowed exactly when the build was made with --trust-remote-code
+            # a Kimi build's tokenizer is remote code: allowed when the build needs it and the user allowed it
             tok = AutoTokenizer.from_pretrained(build_dir, trust_remote_code=trust_remote_code)
         return len(tok(s, add_special_tokens=False)["input_ids"])
 
@@ -107,7 +109,7 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, spec: 
         split = canonical_split(spec.split)
     except ValueError:
         raise BadInput(f"unknown split {spec.split!r}", fix="use --split test (or validation, train)") from None
-    count = token_counter(build_dir, bool(manifest and manifest.trust_remote_code))
+    count = token_counter(build_dir, manifest.remote_code(spec.trust_remote_code))
     serving = spec.serving or ServingProfile()
     backend = spec.serving.backend if spec.serving else "local"
     objs, items = [], {}
@@ -119,6 +121,8 @@ def make_plan(workdir: Workdir, build_dir: Path, manifest: BuildManifest, spec: 
         s.allow_unsandboxed = spec.allow_unsandboxed
         objs.append(s)
         items[name] = s.items(split, spec.limit or s.default_n, source=spec.source)[: spec.limit or None]
+    for name in spec.suites:
+        workdir.run_dir(manifest.build_id, name)  # refuses a run folder outside the workdir
     plan = EvalPlan(build_id=manifest.build_id, manifest=manifest, suites=objs, items=items, replicates=spec.replicates,
                     runs_root=workdir.runs, serving=serving, concurrency=spec.concurrency or DEFAULT_CONCURRENCY[backend],
                     error_budget=spec.error_budget, split=split, source=spec.source, fresh=spec.fresh,
@@ -141,6 +145,7 @@ def evaluate_build(workdir: Workdir, build_ref: str | Path, suites: list[str] | 
     spec = (spec or EvalSpec.from_config()).override(suites=suites, **overrides)
     serving = spec.serving or ServingProfile()
     build_dir, manifest = workdir.resolve_build(build_ref)
+    manifest.remote_code(spec.trust_remote_code)  # exit 4 before anything of the build is imported
     with ExitStack() as locks:  # one process owns each run, from the check of what is stored to the last write
         for name in spec.suites:
             locks.enter_context(run_lock(workdir.run_dir(manifest.build_id, name), f"runs/{manifest.build_id}/{name}"))
@@ -165,7 +170,8 @@ def _evaluate_locked(workdir: Workdir, build_dir: Path, manifest: BuildManifest,
             warn("model code runs UNSANDBOXED (no bwrap here, allowed by --allow-unsandboxed): no filesystem or "
                  "network isolation; the run is marked and never gated against sandboxed runs")
     workdir.ensure()
-    backend = get_backend(serving.backend)(build_dir, manifest, serving, workdir.logs, port=spec.port)
+    backend = get_backend(serving.backend)(build_dir, manifest, serving, workdir.logs, port=spec.port,
+                                           trust_remote_code=spec.trust_remote_code)
     with backend as endpoint:
         if on_ready:
             on_ready(endpoint)
@@ -209,7 +215,8 @@ def suites_for_recipes(suites: list[str], recipes: list[str]) -> list[str]:
     return suites
 
 
-def ensure_twins(workdir: Workdir, baseline: str, candidates: list[str], say: Callable[[str], None] | None = None) -> list[str]:
+def ensure_twins(workdir: Workdir, baseline: str, candidates: list[str], say: Callable[[str], None] | None = None,
+                 trust_remote_code: bool = False) -> list[str]:
     """Compose (or reuse) greedy/match's reference for each candidate that changes target and drafter together:
     its target with the baseline's drafter (qverify/quantize/twin.py; the gate finds it by content)."""
     from qverify.greedy_reference import reference_kind
@@ -221,7 +228,7 @@ def ensure_twins(workdir: Workdir, baseline: str, candidates: list[str], say: Ca
         m = workdir.build_manifest(cand)
         if base is None or m is None or reference_kind(base, m).kind != "twin":
             continue  # nothing to compose (where none can be, the gate refuses greedy/match and says why)
-        r = compose_twin(workdir, baseline, cand)
+        r = compose_twin(workdir, baseline, cand, trust_remote_code=trust_remote_code)
         if say:
             say(f"  {'reused' if r.reused else 'composed'} {r.manifest.build_id} (greedy/match's reference: the target "
                 f"of {cand}, the drafter of {baseline})")
@@ -251,7 +258,7 @@ def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates:
     spec = EvalSpec.from_config(cfg, suites=suites, serving=serving_profile(cfg.serving))  # as `qverify eval` resolves it
     ids = [r.manifest.build_id for r in results]
     # greedy/match's references (twins): composed here, evaluated on greedy alongside (`gate --budget` composes its own)
-    twins = ensure_twins(workdir, ids[0], ids[1:], say) if evaluate and "greedy" in suites else []
+    twins = ensure_twins(workdir, ids[0], ids[1:], say, cfg.trust_remote_code) if evaluate and "greedy" in suites else []
     if evaluate:  # `gate --budget` evaluates in rounds itself
         say(f"eval {', '.join(ids)} ({', '.join(suites)}, {spec.replicates} replicates)"
             + (f", {', '.join(twins)} (greedy)" if twins else "") + " …")

@@ -20,7 +20,7 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
     from qverify.suites import get_suite
 
     # greedy/match's references (the candidates' twins) grow with the candidates' greedy runs, round by round
-    twins = ensure_twins(wd, baseline, candidates) if "greedy" in suites else []
+    twins = ensure_twins(wd, baseline, candidates, trust_remote_code=cfg.trust_remote_code) if "greedy" in suites else []
     first = {s: cfg.limit or get_suite(s).default_n for s in suites}
     plan = make_plan(suites, first, cfg.replicates, 1 + len(candidates), cfg.alpha, budget, cfg.looks,
                      extra_builds={"greedy": len(twins)} if twins else None)

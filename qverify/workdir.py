@@ -8,12 +8,13 @@ given by path) for a path or a manifest.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from qverify.errors import BadInput
-from qverify.models import BuildManifest
+from qverify.models import SAFE_NAME, BuildManifest
 
 BUILD_MANIFEST = "build.json"
 GATE_REPORT = "gate.json"
@@ -89,17 +90,30 @@ class Workdir:
     def mlflow_artifacts(self) -> Path:
         return self.root / "mlartifacts"
 
+    def inside(self, base: Path, *parts: str) -> Path:
+        """base/parts if it lies strictly inside `base` (builds/, runs/, gates/) once `..` and absolute parts are
+        applied, else BadInput: names that reach us from build.json, recipes or the command line never write
+        elsewhere. Symlinks are not followed: one inside the workdir was put there by its owner (a build kept on
+        another disk), while `..` or `/` in a name comes from whoever wrote that name."""
+        path = base.joinpath(*parts)
+        top = Path(os.path.normpath(base))
+        resolved = Path(os.path.normpath(path))
+        if resolved == top or not resolved.is_relative_to(top):
+            raise BadInput(f"{path} resolves outside {top}",
+                           fix="use a build id or recipe name of letters, digits and . _ + - (no '/' or '..')")
+        return path
+
     def build_dir(self, build_id: str) -> Path:
-        return self.builds / build_id
+        return self.inside(self.builds, build_id)
 
     def build_manifest_path(self, build_id: str) -> Path:
         return manifest_path(self.build_dir(build_id))
 
     def run_dir(self, build_id: str, suite: str) -> Path:
-        return run_path(self.runs, build_id, suite)
+        return self.inside(self.runs, build_id, suite)
 
     def gate_dir(self, gate_id: str) -> Path:
-        return self.gates / gate_id
+        return self.inside(self.gates, gate_id)
 
     def gate_report_path(self, gate_id: str) -> Path:
         return self.gate_dir(gate_id) / GATE_REPORT
@@ -130,8 +144,9 @@ class Workdir:
         """
         p = Path(ref)
         if not is_build(p):
-            cand = self.build_dir(str(ref))
-            p = cand if is_build(cand) else self._find_build(str(ref))
+            # a name that is not one safe path component is never looked up under builds/ (no `..`, no `/`)
+            cand = self.build_dir(str(ref)) if SAFE_NAME.fullmatch(str(ref)) else None
+            p = cand if cand is not None and is_build(cand) else self._find_build(str(ref))
         try:
             return p, read_build_manifest(p)
         except ValueError as e:
@@ -157,6 +172,6 @@ class Workdir:
         """The id a build's runs are filed under (runs/<id>/), from any reference resolve_build takes; a plain
         name with runs but no build dir (an endpoint's runs) is its own id."""
         name = str(ref)
-        if "/" not in name and ((self.runs / name).is_dir() or is_build(self.build_dir(name))):
+        if SAFE_NAME.fullmatch(name) and ((self.runs / name).is_dir() or is_build(self.build_dir(name))):
             return name
         return self.resolve_build(ref)[1].build_id

@@ -14,6 +14,8 @@ Stdlib http.server rather than FastAPI: these must send bytes no framework would
   badgzip  POSTs answer a valid plain JSON completion labelled Content-Encoding: gzip
   ratelimit the first POST of each body answers 429 with Retry-After `retry_after`; the next a completion;
            `post_times` records when each POST arrived
+  echo     POSTs get a 400 whose body echoes the request's headers (the API key among them), as some
+           gateways do in their error messages
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ class BadServer:
                     return self._hostile(body)
                 req = json.loads(body or b"{}")
                 streamed = bool(req.pop("stream", False))
+                if outer.mode == "echo":
+                    headers = json.dumps(dict(self.headers.items()))
+                    return self._send(400, "application/json", json.dumps({"error": f"bad request {headers}"}).encode())
                 if outer.mode == "hang":
                     time.sleep(outer.hang_s)
                     try:

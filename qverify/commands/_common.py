@@ -11,6 +11,9 @@ from qverify.config import MAX_LIMIT, MAX_REPLICATES
 from qverify.errors import BadInput
 
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="qverify.toml to read (default ./qverify.toml)")]
+# the only ways to allow a build's own code: this flag or qverify.toml's trust_remote_code, never build.json
+TrustOpt = Annotated[bool, typer.Option("--trust-remote-code", help="allow the build's own code (e.g. Kimi's "
+                                        "tokenization_kimi.py) when it needs it; read that code first")]
 
 
 def state(ctx: typer.Context):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import BUILD_REF_HELP, Count, state
+from qverify.commands._common import BUILD_REF_HELP, ConfigOpt, Count, TrustOpt, state
 
 
 def _quiet(verbose: bool) -> None:
@@ -95,13 +95,17 @@ def builds_cmd(ctx: typer.Context) -> None:
 def verify_build_cmd(
     ctx: typer.Context,
     build: Annotated[str, typer.Argument(help=BUILD_REF_HELP)],
+    trust_remote_code: TrustOpt = False,
+    config: ConfigOpt = None,
 ) -> None:
     """Check a build's file/tensor hashes against build.json and reload it with the serving loader."""
     s = state(ctx)
     _quiet(s.verbose)
+    from qverify.config import load_config
     from qverify.quantize.loader import verify_build
 
-    report = verify_build(s.workdir.resolve_build(build)[0])
+    report = verify_build(s.workdir.resolve_build(build)[0],
+                          trust_remote_code or load_config(Path(config) if config else None).trust_remote_code)
     s.out.data(report.model_dump())
     if not s.out.json_mode:
         s.out.console.print(f"[green]OK[/green] {report.build_id}: {report.hashed} hashes match build.json, "

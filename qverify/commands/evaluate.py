@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from qverify.commands._common import (BUILD_REF_HELP, SEED_SALT_HELP, ConfigOpt, Count, ErrorBudget, Limit, Port,
-                                     Replicates, Seconds, SeedSalt, state)
+                                     Replicates, Seconds, SeedSalt, TrustOpt, state)
 
 
 def eval_cmd(
@@ -37,6 +37,7 @@ def eval_cmd(
     item_timeout: Annotated[float | None, typer.Option(callback=Seconds, help="seconds per item, retries included (default: the backend's)")] = None,
     allow_unsandboxed: Annotated[bool, typer.Option(help="run coding answers without bwrap (marked; never gated against sandboxed runs)")] = False,
     seed_salt: Annotated[int | None, typer.Option("--seed-salt", callback=SeedSalt, help=SEED_SALT_HELP)] = None,
+    trust_remote_code: TrustOpt = False,
     config: ConfigOpt = None,
 ) -> None:
     """Run suites with replicates against a served build (one server launch per build)."""
@@ -50,7 +51,8 @@ def eval_cmd(
                                 split=split, source=source, port=port, error_budget=error_budget, fresh=fresh,
                                 serving=serving_profile(cfg.serving, backend, profile, endpoint, api_key_env),
                                 connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, item_timeout_s=item_timeout,
-                                allow_unsandboxed=allow_unsandboxed or None, seed_salt=seed_salt)
+                                allow_unsandboxed=allow_unsandboxed or None, seed_salt=seed_salt,
+                                trust_remote_code=trust_remote_code or None)
     summaries = evaluate_build(s.workdir, build, spec=spec, show_progress=not s.out.json_mode, warn=s.out.warn)
     s.out.table("eval", ["suite", "metric", "mean", "replicate spread", "errors", "complete", "tok/s/req", "accept len", "TTFT ms"],
                 [x.row() for x in summaries])

@@ -5,11 +5,12 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from qverify.commands._common import BUILD_REF_HELP, Port, Seconds, state
+from qverify.commands._common import BUILD_REF_HELP, ConfigOpt, Port, Seconds, TrustOpt, state
 
 BackendOpt = Annotated[str | None, typer.Option("--backend", help="local (CPU, default), sglang, or endpoint")]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", help="built-in profile name (b200-tp4, h200-tp1, local) or a YAML file")]
@@ -28,6 +29,8 @@ def serve_cmd(
     api_key_env: KeyEnvOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the launch command and exit")] = False,
     ready_timeout: Annotated[float, typer.Option("--ready-timeout", callback=Seconds, help="seconds to wait for readiness")] = 1200.0,
+    trust_remote_code: TrustOpt = False,
+    config: ConfigOpt = None,
 ) -> None:
     """Serve a build over an OpenAI-compatible API (local, sglang, endpoint)."""
     from qverify.errors import InfraError
@@ -35,10 +38,13 @@ def serve_cmd(
     from qverify.serve.base import free_port, tail
     from qverify.serve.profile import resolve_profile
 
+    from qverify.config import load_config
+
     s = state(ctx)
     prof = resolve_profile(backend, profile, endpoint, api_key_env)
     build_dir, manifest = s.workdir.resolve_build(build)
-    srv = get_backend(prof.backend)(build_dir, manifest, prof, s.workdir.logs, port=port)
+    trusted = trust_remote_code or load_config(Path(config) if config else None).trust_remote_code
+    srv = get_backend(prof.backend)(build_dir, manifest, prof, s.workdir.logs, port=port, trust_remote_code=trusted)
 
     if dry_run:
         if srv.port is None and prof.backend != "endpoint":
@@ -63,13 +69,17 @@ def serve_cmd(
         info = srv.info()
         if s.out.json_mode:
             s.out.data({"endpoint": ep.base_url, "model": ep.model, "backend": prof.backend, "profile": prof.name,
-                        "ready_s": round(ready_s, 1), "command": srv.command(), "info": info})
+                        "ready_s": round(ready_s, 1), "command": srv.command(), "info": info,
+                        "api_key": ep.api_key if prof.backend == "local" else None})
             sys.stdout.flush()
         else:
             accept = info.get("avg_spec_accept_length")
             sys.stdout.write(f"serving {ep.model} at {ep.base_url} ({prof.backend}, profile {prof.name}); "
                              f"ready in {ready_s:.1f}s; KV capacity {info.get('max_total_num_tokens', '?')} tokens"
-                             + (f"; accept length {accept}" if accept else "") + "\nCtrl-C to stop\n")
+                             + (f"; accept length {accept}" if accept else "")
+                             # the local server's per-launch key: the one who started it is its only user
+                             + (f"\nAPI key (Authorization: Bearer): {ep.api_key}" if prof.backend == "local" else "")
+                             + "\nCtrl-C to stop\n")
             sys.stdout.flush()
         while srv.alive():
             time.sleep(2.0)

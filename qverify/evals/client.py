@@ -63,6 +63,12 @@ def _meta(ch: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
+def _model(data: dict[str, Any]) -> str | None:
+    # the name the server answered as: recorded so the gate can refuse a run served by another model
+    m = data.get("model")
+    return m[:200] if isinstance(m, str) else None
+
+
 def parse_chat(data: Any) -> Response:
     ch = _choice(data)
     msg = ch.get("message") or {}
@@ -75,7 +81,7 @@ def parse_chat(data: Any) -> Response:
         lps = [{"token": x["token"], "logprob": x["logprob"],
                 "top": {t["token"]: t["logprob"] for t in x.get("top_logprobs") or []}} for x in ch["logprobs"]["content"]]
     return Response(content=msg.get("content"), tool_calls=calls, finish_reason=ch.get("finish_reason"),
-                    usage=_usage(data), logprobs=lps, meta_info=_meta(ch, data))
+                    usage=_usage(data), logprobs=lps, meta_info=_meta(ch, data), model=_model(data))
 
 
 def parse_completion(data: Any) -> Response:
@@ -86,7 +92,7 @@ def parse_completion(data: Any) -> Response:
         rows = [{"token": t, "logprob": v, "top": top or {}}
                 for t, v, top in zip(lp["tokens"], lp["token_logprobs"], lp.get("top_logprobs") or [None] * len(lp["tokens"]))]
     return Response(content=ch.get("text"), finish_reason=ch.get("finish_reason"), usage=_usage(data),
-                    logprobs=rows, meta_info=_meta(ch, data))
+                    logprobs=rows, meta_info=_meta(ch, data), model=_model(data))
 
 
 @dataclass(frozen=True)

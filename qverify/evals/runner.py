@@ -229,7 +229,8 @@ async def _run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str
                                 replicates=plan.replicates, split=plan.split, source=plan.source, sampling=suite.sampling,
                                 serving=plan.serving, server_command=server_command, server_info=server_info,
                                 versions=versions or {}, error_budget=plan.error_budget,
-                                sandbox=plan.sandbox if suite.runs_model_code else None, seed_salt=plan.seed_salt)
+                                sandbox=plan.sandbox if suite.runs_model_code else None, seed_salt=plan.seed_salt,
+                                served_model=endpoint.model)
                 old = st.read_manifest()
                 if old is not None:
                     m.started = old.started
@@ -286,6 +287,7 @@ def _close(st: RunStore, m: RunManifest, probe: dict[str, float] | None) -> None
     m.error_rate = errors / max(expected, 1)
     m.complete = len(flat) >= expected and m.error_rate <= m.error_budget
     ok = [r for r in flat if r.error is None and r.response is not None]
+    m.answered_models = sorted({r.response.model for r in ok if r.response.model})
     lat = [r.latency_s for r in ok if r.latency_s]
     toks = sum(r.response.usage.get("completion_tokens", 0) for r in ok)
     acc = [r.accept_length for r in ok if r.accept_length]

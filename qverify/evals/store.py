@@ -18,6 +18,7 @@ from pathlib import Path
 
 from qverify.errors import BadInput
 from qverify.models import ItemResult, RunManifest
+from qverify.scrub import scrub_obj, secrets
 from qverify.workdir import run_path
 
 
@@ -39,6 +40,14 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _scrubbed_json(model) -> str:
+    """A result or manifest as stored: no registered secret (an error body echoing the key), no URL userinfo."""
+    text = model.model_dump_json()
+    if secrets() or "@" in text:
+        text = json.dumps(scrub_obj(json.loads(text)), ensure_ascii=False, separators=(",", ":"))
+    return text
 
 
 def _scan(path: Path) -> tuple[list[ItemResult], list[bytes], list[bytes], int]:
@@ -97,7 +106,7 @@ class ReplicateWriter:
         return self
 
     def append(self, result: ItemResult) -> None:
-        self._f.write(result.model_dump_json().encode() + b"\n")
+        self._f.write(_scrubbed_json(result).encode() + b"\n")
         self._f.flush()
         self._pending += 1
         if self._pending >= self.fsync_every:
@@ -138,7 +147,7 @@ class RunStore:
                                f"is rewritten), or `qverify eval ... --suites {self.dir.name} --fresh` to start over") from None
 
     def write_manifest(self, m: RunManifest) -> None:
-        atomic_write_text(self.manifest_path, m.model_dump_json(indent=2))
+        atomic_write_text(self.manifest_path, json.dumps(json.loads(_scrubbed_json(m)), indent=2, ensure_ascii=False))
 
     def results(self, k: int) -> list[ItemResult]:
         """Results of replicate k, last write per item wins (a retried item replaces its error)."""

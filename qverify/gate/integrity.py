@@ -34,6 +34,12 @@ def build_problems(wd: Workdir, build_id: str, runs: list[RunData]) -> list[str]
         if r.manifest is not None and r.manifest.build_id != build_id:
             out.append(f"build {build_id}, suite {r.suite}: the run manifest says build_id {r.manifest.build_id} "
                        f"(fix: these results belong to another build; re-run 'qverify eval')")
+        elif r.manifest is not None and path.exists() and (other := r.manifest.served_other()):
+            # a server serving another model (a router's default, a stale deployment) measures that model, not
+            # this build; an external endpoint without a build dir has no build id to hold it to
+            out.append(f"build {build_id}, suite {r.suite}: the server answered as {', '.join(map(repr, other))}, "
+                       f"not {build_id} (fix: serve the build under its id, e.g. sglang --served-model-name "
+                       f"{build_id}, then 'qverify eval {build_id} --suites {r.suite} --fresh')")
     return out
 
 

@@ -31,7 +31,7 @@ from qverify.quantize.kv_scales import write_production_scales
 from qverify.quantize.loader import DRAFTER_DIR, VerifyReport, verify_build
 from qverify.quantize.recipe import LoadedRecipe, load_recipe
 from qverify.quantize.shipped import drop_shipped_modules, merge_shipped, read_shipped
-from qverify.quantize.source import carry_files, check_model_dir, copy_model, copy_tokenizer, needs_remote_code
+from qverify.quantize.source import carry_files, check_model_dir, copy_model, copy_tokenizer, files_hash, needs_remote_code
 from qverify.versions import BUILD_PACKAGES, package_versions
 from qverify.workdir import Workdir, is_build, manifest_path
 
@@ -133,7 +133,9 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
                                      calib_seq_len or rec.calibration.seq_len)
         vers = package_versions(BUILD_PACKAGES)
         key = {"source": source_hash, "drafter": drafter_hash, "recipe": rec.digest, "versions": vers,
-               "calibration": calib.describe() | {"source": None} if calib else None}
+               "calibration": calib.describe() | {"source": None} if calib else None,
+               # config.json, chat template, tokenizer: what is served besides the tensors (#31: they were ignored)
+               "files": {"target": files_hash(model_dir), "drafter": files_hash(drafter_dir)}}
         if trust_remote_code:  # only when set, so ids of existing builds do not change
             key["trust_remote_code"] = True
         build_id = f"{rec.name}-{content_hash(key, 12)}"
@@ -172,7 +174,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
             manifest_path(tmp).write_text(manifest.model_dump_json(indent=2))
         with _stage("verify", on_stage, seconds):
             try:
-                report = verify_build(tmp)
+                report = verify_build(tmp, trust_remote_code)
             except mf.IntegrityError as e:  # a fresh build that does not reload exactly is our failure, not the user's
                 raise InfraError(f"the new build failed its load check and was discarded: {e}",
                                  fix="report it with the recipe and model (run with -v for the traceback)") from e

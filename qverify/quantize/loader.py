@@ -86,18 +86,21 @@ def _kv_quantized(model) -> bool:
     return any(hasattr(m, "kv_cache") and getattr(m, "quantization_scheme", None) is not None for m in model.modules())
 
 
-def load_build(build_dir: Path | str, device: str = "cpu", check_hashes_first: bool = True) -> LoadedBuild:
+def load_build(build_dir: Path | str, device: str = "cpu", check_hashes_first: bool = True,
+               trust_remote_code: bool = False) -> LoadedBuild:
     """Load a build (target, tokenizer, drafter) after checking it against build.json.
 
     Raises IntegrityError (a BadInput, exit 4) for a missing/invalid manifest, a tampered or
     truncated file, or any tensor that is missing, unexpected, freshly initialised or different.
+    `trust_remote_code`: the user's permission (never build.json's), checked before anything is imported.
     """
+    build_dir = Path(build_dir).expanduser().resolve()
+    manifest = read_manifest(build_dir)
+    remote_code = manifest.remote_code(trust_remote_code)
     from transformers import AutoTokenizer
 
     from qverify.quantize.checkpoint import load_checkpoint
 
-    build_dir = Path(build_dir).expanduser().resolve()
-    manifest = read_manifest(build_dir)
     checks: dict[str, Any] = {}
     if check_hashes_first:
         checks["hashed"] = check_hashes(build_dir, manifest)
@@ -117,8 +120,8 @@ def load_build(build_dir: Path | str, device: str = "cpu", check_hashes_first: b
     if manifest.kv_dtype.startswith("fp8") and not _kv_quantized(model):
         raise IntegrityError(f"{build_dir.name}: build.json says {manifest.kv_dtype} KV cache but the loaded model "
                              "has no KV quantization", fix="rebuild it with --force")
-    # Remote tokenizer code (Kimi's tokenization_kimi.py) runs only when the build was made with --trust-remote-code.
-    tokenizer = AutoTokenizer.from_pretrained(build_dir, trust_remote_code=manifest.trust_remote_code)
+    # Remote tokenizer code (Kimi's tokenization_kimi.py) runs only when the build needs it and the user allowed it.
+    tokenizer = AutoTokenizer.from_pretrained(build_dir, trust_remote_code=remote_code)
     if device != "cpu":
         model.to(device)
         if drafter is not None:
@@ -127,10 +130,10 @@ def load_build(build_dir: Path | str, device: str = "cpu", check_hashes_first: b
                        build_dir=build_dir, checks=checks)
 
 
-def verify_build(build_dir: Path | str) -> VerifyReport:
+def verify_build(build_dir: Path | str, trust_remote_code: bool = False) -> VerifyReport:
     """Hashes + reload through `load_build`; returns the report or raises IntegrityError."""
     t0 = time.time()
-    lb = load_build(build_dir)
+    lb = load_build(build_dir, trust_remote_code=trust_remote_code)
     target, drafter = lb.checks["target"], lb.checks.get("drafter")
     return VerifyReport(build_dir=str(lb.build_dir), build_id=lb.manifest.build_id, recipe=lb.manifest.recipe,
                         hashed=lb.checks.get("hashed", 0), compared=target.tensors + (drafter.tensors if drafter else 0),

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from qverify.errors import BadInput, read_input_text
-from qverify.models import content_hash
+from qverify.models import content_hash, safe_name
 from qverify.registry import Registry
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
@@ -74,6 +74,11 @@ class Recipe(_Strict):
     target: dict[str, Any] | None = Field(None, description="llm-compressor recipe for the target model")
     drafter: dict[str, Any] | None = Field(None, description="llm-compressor recipe for the drafter")
     corrupt: Corruption | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        return safe_name(v, "recipe name")  # it names the build's folder
 
     @field_validator("target", "drafter")
     @classmethod

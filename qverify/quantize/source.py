@@ -68,6 +68,28 @@ def is_weight(name: str) -> bool:
     return name.endswith((".safetensors", ".safetensors.index.json", ".bin"))
 
 
+_DOCS = (".md", ".gitattributes")  # carried, but they change nothing that is served
+_DOC_PREFIXES = ("LICENSE", "NOTICE")
+
+
+def files_hash(model_dir: Path | None) -> str | None:
+    """Hash of every non-weight file a build carries and serves from (config.json's rope scaling,
+    generation_config.json, chat template, tokenizer files, remote code; docs excepted), by name and bytes.
+    Part of the build key with the tensors': two sources with the same weights but another of these
+    files serve differently, so they must not share a build id."""
+    if model_dir is None:
+        return None
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in sorted(model_dir.iterdir()):
+        if (not p.is_file() or p.name.startswith(".") or is_weight(p.name) or p.name.endswith(_DOCS)
+                or p.name.startswith(_DOC_PREFIXES)):
+            continue
+        h.update(p.name.encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()[:16]
+
+
 def carry_files(src: Path, dst: Path) -> list[str]:
     """Copy every non-weight file of the source that the saved build does not already have (tokenizer,
     `tiktoken.model`, `tokenization_*.py`, chat template, README, ...); returns their names."""

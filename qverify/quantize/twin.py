@@ -73,11 +73,13 @@ def _files(root: Path, drafter: bool) -> list[Path]:
     return out
 
 
-def compose_twin(workdir: Path | str | Workdir, baseline: str, candidate: str, on_stage: OnStage | None = None) -> BuildResult:
+def compose_twin(workdir: Path | str | Workdir, baseline: str, candidate: str, on_stage: OnStage | None = None,
+                 trust_remote_code: bool = False) -> BuildResult:
     """Compose (or reuse) the candidate's twin. BadInput when the two builds cannot be composed (no drafter on
     a side, different source models); InfraError when the composed build fails its load check."""
     wd = Workdir.at(workdir)
     (base_dir, base), (cand_dir, cand) = wd.resolve_build(baseline), wd.resolve_build(candidate)
+    base.remote_code(trust_remote_code), cand.remote_code(trust_remote_code)  # before anything of them loads
     ref = reference_kind(base, cand)
     if ref.kind != "twin":
         raise BadInput(f"{cand.build_id} needs no drafter reference against {base.build_id}"
@@ -118,7 +120,7 @@ def compose_twin(workdir: Path | str | Workdir, baseline: str, candidate: str, o
         if on_stage:
             on_stage("compose", seconds["compose"])
         try:  # the hashes above are the two builds' own; the check re-reads every byte of the composed files
-            report = verify_build(tmp)
+            report = verify_build(tmp, trust_remote_code)
         except mf.IntegrityError as e:
             raise InfraError(f"the composed drafter reference failed its load check and was discarded: {e}",
                              fix="rebuild the candidate and the baseline with --force, then rerun") from e

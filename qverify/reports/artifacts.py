@@ -15,6 +15,7 @@ from pathlib import Path
 from qverify.reports.bundle import GateBundle, item_rows
 from qverify.reports.redact import redact_command, redact_obj, redact_text, refresh
 from qverify.reports.review import Review, build_review
+from qverify.scrub import register_env
 from qverify.workdir import BUILD_MANIFEST
 
 MAX_LOG_BYTES = 2_000_000  # the tail of a server log is what explains a failure
@@ -70,6 +71,9 @@ def stage(bundle: GateBundle, out: Path | None = None) -> Staged:
     from qverify.reports.report import write_report
 
     refresh()
+    for run in bundle.runs.values():  # the runs' keys, when this process can read them: masked like the rest
+        if run.manifest is not None:
+            register_env(run.manifest.serving.api_key_env)
     out = out or bundle.gate_dir / "report"
     if out.exists():
         shutil.rmtree(out)  # derived entirely from the gate folder: rebuild, never merge

@@ -57,7 +57,9 @@ def _env_secrets() -> list[str]:
             and v.lower() not in {"true", "false", "none", "null"} and not v.isdigit()
         }
         _env_cache = sorted(vals, key=len, reverse=True)
-    return _env_cache
+    from qverify.scrub import secrets
+
+    return sorted({*_env_cache, *secrets()}, key=len, reverse=True)  # + keys this process registered (--api-key-env)
 
 
 def redact_text(text: str) -> str:

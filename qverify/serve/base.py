@@ -53,7 +53,11 @@ class ServerBackend(ABC):
     name: ClassVar[str]
 
     def __init__(self, build_dir: Path | None, manifest: BuildManifest | None, profile: ServingProfile,
-                 logs_dir: Path, port: int | None = None, host: str = "127.0.0.1"):
+                 logs_dir: Path, port: int | None = None, host: str = "127.0.0.1", trust_remote_code: bool = False):
+        # the user's permission for the build's own code (flag or qverify.toml, never build.json): refused here,
+        # before any process is launched, when the build needs it
+        self.trust_remote_code = trust_remote_code
+        self.remote_code = manifest.remote_code(trust_remote_code) if manifest is not None else False
         self.build_dir = build_dir
         self.manifest = manifest
         self.profile = profile

@@ -16,6 +16,7 @@ import httpx
 
 from qverify.errors import BadInput, InfraError
 from qverify.models import Endpoint
+from qverify.scrub import scrub_text, shown_url
 from qverify.serve.base import ServerBackend, backends
 from qverify.serve.openai_http import (
     READY_PATHS,
@@ -40,18 +41,19 @@ class EndpointBackend(ServerBackend):
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise BadInput(f"--endpoint {url!r} is not an http(s) URL", fix="pass e.g. --endpoint http://10.0.0.5:30000")
         self.root = root_url(url)
+        self.shown = shown_url(self.root)  # no user:pass@ in logs, messages or the log's name
         self.api_key = read_api_key(self.profile.api_key_env)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        host = parts.netloc.replace(":", "_")
+        host = urlsplit(self.shown).netloc.replace(":", "_")
         self.log_path: Path = self.logs_dir / f"endpoint-{host}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         model = self.manifest.build_id if self.manifest else (self.build_dir.name if self.build_dir else "default")
         self.endpoint = Endpoint(base_url=f"{self.root}/v1", model=model, api_key=self.api_key or "EMPTY")
-        self._log(f"attach {self.root} (nothing launched)")
+        self._log(f"attach {self.shown} (nothing launched)")
         return self.endpoint
 
     def _log(self, line: str) -> None:
         with open(self.log_path, "a") as f:
-            f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+            f.write(f"{time.strftime('%H:%M:%S')} {scrub_text(line)}\n")
 
     def wait_ready(self, timeout: float = 60.0, unreachable_s: float = 5.0) -> None:
         """An attached server is already up: if nothing answers within `unreachable_s` it is not there.
@@ -72,9 +74,9 @@ class EndpointBackend(ServerBackend):
             waited = time.monotonic() - t0
             if waited >= (timeout if answered else unreachable_s):
                 state = "was not ready" if answered else "did not answer"
-                raise InfraError(f"endpoint {self.root} {state} within {waited:.0f}s ({probes} probes of "
+                raise InfraError(f"endpoint {self.shown} {state} within {waited:.0f}s ({probes} probes of "
                                  f"{', '.join(READY_PATHS)}; last: {detail})",
-                                 fix=f"check the server or router is up and reachable from here: curl {self.root}/health")
+                                 fix=f"check the server or router is up and reachable from here: curl {self.shown}/health")
             time.sleep(min(1.0, unreachable_s / 5))
 
     def _pick_model(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import time
 from typing import Any
@@ -10,7 +11,9 @@ from typing import Any
 import httpx
 
 from qverify.models import Endpoint
+from qverify.scrub import register
 from qverify.serve.base import LaunchedServer, ServerBackend, backends, check_port_free, free_port
+from qverify.serve.openai_http import KEY_ENV, auth_headers
 
 
 @backends.register("local")
@@ -25,6 +28,8 @@ class LocalBackend(ServerBackend):
             cmd += ["--threads", str(flags["threads"])]
         if flags.get("max_batch"):
             cmd += ["--max-batch", str(flags["max_batch"])]
+        if self.remote_code:
+            cmd.append("--trust-remote-code")
         if flags.get("no_quant"):
             cmd.append("--no-quant")
         if flags.get("no_spec") or flags.get("speculative") is False:
@@ -40,11 +45,20 @@ class LocalBackend(ServerBackend):
             check_port_free(self.port, self.host)
         name = self.manifest.build_id if self.manifest else self.build_dir.name
         log = self.logs_dir / f"local-{name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        env = {**os.environ, "QVERIFY_PARENT_PID": str(os.getpid())}
+        # a fresh key per launch, handed over in the environment (argv is readable by every local user): another
+        # user on the machine cannot send requests to, or load, a server qverify started
+        self.api_key = secrets.token_urlsafe(24)
+        register(self.api_key)  # never stored, even when an error body echoes it
+        env = {**os.environ, "QVERIFY_PARENT_PID": str(os.getpid()), KEY_ENV: self.api_key}
         self.server = LaunchedServer(self.command(), log, env=env)
         self.server.start()
-        self.endpoint = Endpoint(base_url=f"http://{self.host}:{self.port}/v1", model=name)
+        self.endpoint = Endpoint(base_url=f"http://{self.host}:{self.port}/v1", model=name, api_key=self.api_key)
         return self.endpoint
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a request to this server must carry (its per-launch key)."""
+        return auth_headers(getattr(self, "api_key", None))
 
     @property
     def root_url(self) -> str:
@@ -55,7 +69,7 @@ class LocalBackend(ServerBackend):
 
     def info(self) -> dict[str, Any]:
         try:
-            return httpx.get(f"{self.root_url}/server_info", timeout=10).json()
+            return httpx.get(f"{self.root_url}/server_info", timeout=10, headers=self.headers).json()
         except httpx.HTTPError:
             return {}
 

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from qverify.errors import BadInput
+from qverify.scrub import register, shown_url
 
 # The first of these the server has decides. SGLang's /health_generate runs a one-token
 # generation, so 200 there means the model answers, not merely that the port is open.
@@ -29,6 +30,8 @@ SGLANG_INFO_KEYS = (
 SPEC_META_KEYS = ("spec_accept_length", "spec_verify_ct", "spec_accept_rate", "prompt_tokens", "completion_tokens",
                   "cached_tokens", "e2e_latency")
 REDACTED = "***"
+KEY_ENV = "QVERIFY_SERVER_KEY"  # the embedded server's per-launch key: in its environment, which other users
+# cannot read (its argv they can)
 
 
 def root_url(url: str) -> str:
@@ -49,6 +52,7 @@ def read_api_key(env_var: str | None) -> str | None:
     if not key:
         raise BadInput(f"environment variable {env_var} (the API key) is not set",
                        fix=f"export {env_var}=<key>, or point --api-key-env at the variable that holds it")
+    register(key)  # scrubbed from every result, manifest and log written from now on (qverify.scrub)
     return key
 
 
@@ -60,7 +64,7 @@ def probe_ready(root: str, headers: dict[str, str], timeout: float = 30.0) -> tu
         except httpx.HTTPError as e:
             return False, f"GET {path}: {type(e).__name__}"
         if r.status_code in (401, 403):
-            raise BadInput(f"{root}{path} refused the API key (HTTP {r.status_code})",
+            raise BadInput(f"{shown_url(root)}{path} refused the API key (HTTP {r.status_code})",
                            fix="set --api-key-env to the variable that holds the server's key")
         if r.status_code in (404, 405):
             continue

@@ -167,7 +167,9 @@ class SGLangBackend(ServerBackend):
         args = [sglang_python(f.python), "-m", "sglang.launch_server",
                 "--model-path", str(self.build_dir), "--served-model-name", self.served_name,
                 "--tp-size", str(self.profile.tp), "--host", self.bind_host, "--port", str(self._port())]
-        if f.trust_remote_code or (m and m.trust_remote_code):  # Kimi's tokenizer is remote code
+        # Kimi's tokenizer is remote code: on when the user allowed it (flag or qverify.toml) and the build or the
+        # profile asks for it; never from build.json or a profile alone
+        if self.remote_code or (f.trust_remote_code and self.trust_remote_code):
             args.append("--trust-remote-code")
         kv = kv_cache_dtype(serving, m.kv_dtype if m else None)
         if kv:

@@ -18,7 +18,8 @@ class SGLangFlags(BaseModel):
 
     python: str | None = Field(None, description="SGLang's interpreter (default: $QVERIFY_SGLANG_PYTHON, else "
                                "./.venv-sglang/bin/python made by scripts/setup_sglang.sh, else this one)")
-    trust_remote_code: bool = Field(False, description="--trust-remote-code (on anyway for builds made with it)")
+    trust_remote_code: bool = Field(False, description="--trust-remote-code, when the user also allows it (qverify's "
+                                                    "--trust-remote-code or qverify.toml)")
     host: str | None = Field(None, description="bind address (default: the backend's host, 127.0.0.1)")
     mem_fraction_static: float | None = Field(None, gt=0, le=1)
     context_length: int | None = Field(None, gt=0)

@@ -21,6 +21,8 @@ from qverify.serve.local import LocalBackend
 from qverify.workdir import Workdir
 from tests.evals.conftest import FaultyProxy
 
+KEY_VAR = "QV_TEST_LOCAL_SERVER_KEY"
+
 LIMIT, REPS = 4, 2
 
 
@@ -143,6 +145,7 @@ def test_piped_eval_output_reads_at_80_columns(bf16_build, tmp_path):
 def served(bf16_build, tmp_path_factory):
     backend = LocalBackend(bf16_build.build_dir, bf16_build.manifest, ServingProfile(), tmp_path_factory.mktemp("logs"))
     with backend:
+        os.environ[KEY_VAR] = backend.api_key  # the server's per-launch key, for the endpoint backend below
         yield backend
 
 
@@ -159,7 +162,7 @@ def test_faults_are_retried_classified_and_never_scored(bf16_build, served, tmp_
     client_mod.Client.__init__.__defaults__ = (8, None, 4, 0.05)  # fast backoff; retries as in production
     try:
         with FaultyProxy(served.root_url, fail_first=1, hang_first=1, always_fail=victim, hang_s=25.0) as proxy:
-            prof = ServingProfile(name="endpoint", backend="endpoint", endpoint=proxy.url)
+            prof = ServingProfile(name="endpoint", backend="endpoint", api_key_env=KEY_VAR, endpoint=proxy.url)
             out = evaluate_build(wd, bf16_build.manifest.build_id, ["toolcall"], replicates=REPS, serving=prof,
                                  limit=LIMIT, concurrency=3, show_progress=False, read_timeout_s=15.0)
     finally:
@@ -180,7 +183,7 @@ def test_context_overflow_is_a_per_item_error(bf16_build, served, tmp_path):
     wd = Workdir.at(tmp_path / "wd")
     wd.builds.mkdir(parents=True)
     os.symlink(bf16_build.build_dir, wd.builds / bf16_build.manifest.build_id)
-    prof = ServingProfile(name="endpoint", backend="endpoint", endpoint=served.root_url)
+    prof = ServingProfile(name="endpoint", backend="endpoint", api_key_env=KEY_VAR, endpoint=served.root_url)
     evaluate_build(wd, bf16_build.manifest.build_id, ["longctx"], replicates=1, serving=prof, limit=2,
                    show_progress=False, suite_options={"longctx": {"lengths": [256, 2600]}})
     rows = RunStore(wd.run_dir(bf16_build.manifest.build_id, "longctx")).results(0)

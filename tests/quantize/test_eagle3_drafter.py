@@ -45,7 +45,7 @@ def test_eagle3_head_carried_and_checked(kimi_shaped, tmp_path):
     for name in ("model.safetensors", "config.json"):
         assert (res.build_dir / "drafter" / name).read_bytes() == (head / name).read_bytes()
     assert any(k.startswith("drafter/model.safetensors::fc.weight") for k in res.manifest.tensor_hashes)
-    assert verify_build(res.build_dir).drafter_load.startswith("eagle3")
+    assert verify_build(res.build_dir, trust_remote_code=True).drafter_load.startswith("eagle3")
 
 
 @pytest.mark.parametrize("problem, rename, hidden", [

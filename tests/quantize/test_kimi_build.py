@@ -88,7 +88,7 @@ def test_extra_files_carried(kimi_built, kimi_shaped, recipe):
 def test_verify_build_passes_and_reloads_int4(kimi_built, recipe):
     from qverify.quantize.loader import verify_build
 
-    report = verify_build(kimi_built(recipe).build_dir)
+    report = verify_build(kimi_built(recipe).build_dir, trust_remote_code=True)
     assert report.ok and report.target_load == "linearized" and report.compared > 0
     if recipe.endswith("fp8drafter"):
         assert report.drafter_load == "transformers"
@@ -118,7 +118,7 @@ def test_sglang_kv_scale_written_and_checked(kimi_built):
 
     with pytest.raises(IntegrityError, match="compressed-tensors pair"):
         load_checkpoint(bad)
-    assert verify_build(d).ok
+    assert verify_build(d, trust_remote_code=True).ok
 
 
 def test_verification_streams_shard_by_shard(kimi_built, monkeypatch):
@@ -134,7 +134,7 @@ def test_verification_streams_shard_by_shard(kimi_built, monkeypatch):
     monkeypatch.setattr(ck, "_read_checkpoint", lambda *a: pytest.fail("whole checkpoint read into memory"))
     reads, real = [], safetensors.torch.load_file
     monkeypatch.setattr(safetensors.torch, "load_file", lambda f, *a, **k: reads.append(f) or real(f, *a, **k))
-    assert verify_build(d).ok
+    assert verify_build(d, trust_remote_code=True).ok
     assert [f.name for f in reads if f.parent == d] == shards * 2  # once to load into the model, once to compare; one file at a time
 
 
@@ -157,7 +157,7 @@ def test_kimi_model_type_builds_without_running_model_code(kimi_shaped, tmp_path
     out = json.loads((res.build_dir / "config.json").read_text())
     assert out["model_type"] == "kimi_k2" and out["auto_map"] == cfg["auto_map"]
     assert out["quantization_config"]["config_groups"]["group_0"] == cfg["quantization_config"]["config_groups"]["group_0"]
-    assert verify_build(res.build_dir).target_load == "linearized"
+    assert verify_build(res.build_dir, trust_remote_code=True).target_load == "linearized"
 
 
 def test_twin_of_the_production_candidate_on_a_kimi_shaped_build(kimi_built):
@@ -169,7 +169,7 @@ def test_twin_of_the_production_candidate_on_a_kimi_shaped_build(kimi_built):
 
     base, cand = kimi_built("as_shipped"), kimi_built("fp8kv_nvfp4shared_fp8drafter")
     wd = Workdir.at(cand.build_dir.parent.parent)
-    twin = compose_twin(wd, base.manifest.build_id, cand.manifest.build_id)
+    twin = compose_twin(wd, base.manifest.build_id, cand.manifest.build_id, trust_remote_code=True)
     assert twin.verify.ok and twin.verify.drafter_load == "transformers" and twin.manifest.trust_remote_code
     assert twin.manifest.part_hashes("target") == cand.manifest.part_hashes("target")
     assert twin.manifest.part_hashes("drafter") == base.manifest.part_hashes("drafter")

@@ -44,7 +44,7 @@ def built(tiny_model_dir, tmp_path_factory):
 def reference_model(build_dir):
     from qverify.quantize.loader import load_build
 
-    return load_build(build_dir).model.to(torch.float32).eval()  # as load_for_serving casts it
+    return load_build(build_dir, trust_remote_code=True).model.to(torch.float32).eval()  # as load_for_serving casts it
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +203,7 @@ def test_kimi_shaped_int4_experts_match_compressed_tensors_forward(kimi_shaped, 
 
     res = build(recipe, model=kimi_shaped, workdir=tmp_path / "wd", trust_remote_code=True, **{
         "calib_samples": 8, "calib_seq_len": 64})
-    lm = load_for_serving(res.build_dir, speculative=False)
+    lm = load_for_serving(res.build_dir, speculative=False, trust_remote_code=True)
     assert any("weight_packed" in k or "weight_scale" in k for k in lm.model.state_dict() if ".experts." in k)
     ids = lm.tokenizer("def load_config(path):\n    return json.load(open(path))\n", add_special_tokens=False)["input_ids"]
     runner = ModelRunner(lm.model, slots=2, fp8_kv=lm.fp8_kv, scale_mode=scale_mode)

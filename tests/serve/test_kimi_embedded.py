@@ -24,10 +24,11 @@ def test_embedded_server_serves_kimi_build(kimi_shaped, tmp_path, recipe):
     from qverify.serve.local import LocalBackend
 
     res = build(recipe, model=kimi_shaped, workdir=tmp_path / "wd", trust_remote_code=True, calib_samples=8, calib_seq_len=64)
-    backend = LocalBackend(res.build_dir, res.manifest, ServingProfile(flags={"speculative": False}), tmp_path / "logs")
+    backend = LocalBackend(res.build_dir, res.manifest, ServingProfile(flags={"speculative": False}), tmp_path / "logs",
+                           trust_remote_code=True)
     with backend as ep:
         tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
-        r = httpx.post(f"{ep.base_url}/chat/completions", timeout=120, json={
+        r = httpx.post(f"{ep.base_url}/chat/completions", timeout=120, headers=backend.headers, json={
             "model": ep.model, "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [tool],
             "max_tokens": 8, "temperature": 0, "chat_template_kwargs": {"thinking": False}})
         assert r.status_code == 200, r.text[:1000]

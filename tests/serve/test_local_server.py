@@ -15,23 +15,27 @@ from qverify.serve.local import LocalBackend
 from tests import parrot
 
 
+H: dict[str, str] = {}  # the server's per-launch key, as every request must carry it
+
+
 @pytest.fixture(scope="module")
 def server(parrot_dir, tmp_path_factory):
     logs = tmp_path_factory.mktemp("logs")
     backend = LocalBackend(parrot_dir, None, ServingProfile(flags={"speculative": False}), logs)
     with backend as ep:
+        H.update(backend.headers)
         yield backend, ep
 
 
 def _chat(ep, **body):
-    r = httpx.post(f"{ep.base_url}/chat/completions", json={"model": ep.model, **body}, timeout=120)
+    r = httpx.post(headers=H, url=f"{ep.base_url}/chat/completions", json={"model": ep.model, **body}, timeout=120)
     return r
 
 
 def test_models_and_health(server):
     backend, ep = server
-    assert httpx.get(f"{backend.root_url}/health").json()["status"] == "ok"
-    assert httpx.get(f"{ep.base_url}/models").json()["data"][0]["id"] == ep.model
+    assert httpx.get(headers=H, url=f"{backend.root_url}/health").json()["status"] == "ok"
+    assert httpx.get(headers=H, url=f"{ep.base_url}/models").json()["data"][0]["id"] == ep.model
 
 
 def test_chat_text(server):
@@ -94,7 +98,7 @@ def test_chat_logprobs(server):
 
 def test_completion_echo_logprobs(server):
     _, ep = server
-    r = httpx.post(f"{ep.base_url}/completions", json={"model": ep.model, "prompt": "def load_config(path):",
+    r = httpx.post(headers=H, url=f"{ep.base_url}/completions", json={"model": ep.model, "prompt": "def load_config(path):",
                                                       "max_tokens": 0, "echo": True, "logprobs": 4}, timeout=60).json()
     lp = r["choices"][0]["logprobs"]
     assert lp["token_logprobs"][0] is None and len(lp["tokens"]) == r["usage"]["prompt_tokens"]
@@ -108,7 +112,7 @@ def test_same_seed_same_output_even_in_a_batch(server):
     alone = _chat(ep, **body).json()["choices"][0]["message"]["content"]
 
     async def burst():
-        async with httpx.AsyncClient(timeout=120) as c:
+        async with httpx.AsyncClient(headers=H, timeout=120) as c:
             reqs = [c.post(f"{ep.base_url}/chat/completions", json={"model": ep.model, **body, "seed": 1234 if i == 3 else i})
                     for i in range(8)]
             return [r.json()["choices"][0]["message"]["content"] for r in await asyncio.gather(*reqs)]
@@ -120,27 +124,27 @@ def test_same_seed_same_output_even_in_a_batch(server):
 
 def test_eight_concurrent_requests(server):
     backend, ep = server
-    before = httpx.get(f"{backend.root_url}/server_info").json()
+    before = httpx.get(headers=H, url=f"{backend.root_url}/server_info").json()
 
     async def burst():
-        async with httpx.AsyncClient(timeout=120) as c:
+        async with httpx.AsyncClient(headers=H, timeout=120) as c:
             rs = await asyncio.gather(*[c.post(f"{ep.base_url}/chat/completions", json={
                 "model": ep.model, "messages": [{"role": "user", "content": f"{parrot.TEXT_PROMPT} {i}"}],
                 "max_tokens": 8, "temperature": 0}) for i in range(8)])
             return [r.status_code for r in rs]
 
     assert asyncio.run(burst()) == [200] * 8
-    after = httpx.get(f"{backend.root_url}/server_info").json()
+    after = httpx.get(headers=H, url=f"{backend.root_url}/server_info").json()
     assert after["requests"] - before["requests"] == 8
     assert after["batches"] - before["batches"] < 8  # some requests shared a batch
 
 
 def test_sixty_four_concurrent_requests_complete_in_shared_steps(server):
     backend, ep = server
-    before = httpx.get(f"{backend.root_url}/server_info").json()
+    before = httpx.get(headers=H, url=f"{backend.root_url}/server_info").json()
 
     async def burst():
-        async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=64)) as c:
+        async with httpx.AsyncClient(headers=H, timeout=300, limits=httpx.Limits(max_connections=64)) as c:
             rs = await asyncio.gather(*[c.post(f"{ep.base_url}/chat/completions", json={
                 "model": ep.model, "messages": [{"role": "user", "content": f"{parrot.TEXT_PROMPT} {i % 5}"}],
                 "max_tokens": 12, "temperature": 0.8, "seed": i}) for i in range(64)])
@@ -148,7 +152,7 @@ def test_sixty_four_concurrent_requests_complete_in_shared_steps(server):
 
     codes, tokens = asyncio.run(burst())
     assert codes == [200] * 64 and all(t >= 1 for t in tokens)
-    after = httpx.get(f"{backend.root_url}/server_info").json()
+    after = httpx.get(headers=H, url=f"{backend.root_url}/server_info").json()
     assert after["requests"] - before["requests"] == 64
     assert after["max_running"] > 8  # decoded together, not 8 at a time as the old batcher did
     assert after["steps"] - before["steps"] < sum(tokens) // 4
@@ -156,7 +160,7 @@ def test_sixty_four_concurrent_requests_complete_in_shared_steps(server):
 
 def _stream(ep, **body) -> list[dict]:
     chunks = []
-    with httpx.stream("POST", f"{ep.base_url}/chat/completions", json={"model": ep.model, **body, "stream": True},
+    with httpx.stream("POST", headers=H, url=f"{ep.base_url}/chat/completions", json={"model": ep.model, **body, "stream": True},
                       timeout=120) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         lines = [ln for ln in r.iter_lines() if ln.startswith("data:")]
@@ -214,3 +218,4 @@ def test_clean_shutdown_leaves_no_process(parrot_dir, tmp_path):
         os.kill(pid, 0)
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))  # the port is free again
+

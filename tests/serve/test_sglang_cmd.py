@@ -90,8 +90,8 @@ def make_build(root: Path, name: str, serving: dict, drafter: bool) -> tuple[Pat
     return d, m
 
 
-def backend(build_dir: Path, manifest: BuildManifest, profile, tmp: Path, port: int = 30123):
-    return get_backend("sglang")(build_dir, manifest, profile, tmp / "logs", port=port)
+def backend(build_dir: Path, manifest: BuildManifest, profile, tmp: Path, port: int = 30123, trust_remote_code: bool = False):
+    return get_backend("sglang")(build_dir, manifest, profile, tmp / "logs", port=port, trust_remote_code=trust_remote_code)
 
 
 # builds of the default model carry its drafter; a recipe that quantizes the drafter always has one

@@ -30,9 +30,9 @@ def _kimi_build(tmp_path, trust: bool, eagle3: bool = True):
 @pytest.mark.parametrize("profile", ["kimi-k2.6", "kimi-k2.6-thinking", "b200-tp4"])
 def test_kimi_build_command_parses_with_trust_remote_code(sglang_parser, tmp_path, profile):  # noqa: F811
     d, m = _kimi_build(tmp_path, trust=True)
-    argv = backend(d, m, load_profile(profile), tmp_path).sglang_args()
+    argv = backend(d, m, load_profile(profile), tmp_path, trust_remote_code=True).sglang_args()
     sa = sglang_parser(argv)
-    assert sa.trust_remote_code is True  # the build was made with --trust-remote-code: the server needs it too
+    assert sa.trust_remote_code is True  # the build needs it and the user allowed it: the server needs it too
     assert sa.kv_cache_dtype == "fp8_e4m3" and sa.quantization == "compressed-tensors"
     assert sa.speculative_algorithm == "EAGLE3" and sa.tool_call_parser == "kimi_k2"
 
@@ -45,7 +45,7 @@ def test_no_trust_remote_code_unless_the_build_or_profile_asks(sglang_parser, tm
 def test_sglang_interpreter_is_configurable(tmp_path, monkeypatch):
     d, m = _kimi_build(tmp_path, trust=True)
     monkeypatch.setenv("QVERIFY_SGLANG_PYTHON", "/opt/sglang/bin/python")
-    assert backend(d, m, load_profile("kimi-k2.6"), tmp_path).sglang_args()[0] == "/opt/sglang/bin/python"
+    assert backend(d, m, load_profile("kimi-k2.6"), tmp_path, trust_remote_code=True).sglang_args()[0] == "/opt/sglang/bin/python"
 
 
 def _kimi_text(calls: list[tuple[str, dict]], content: str = "Let me check.") -> str:

@@ -173,3 +173,28 @@ def test_weak_fallback_cleans_up_a_fork_bomb():
     r = run_tests("import os\nwhile True:\n    os.fork()", timeout_s=10, mode="weak")
     assert not r.passed and r.sandbox == "weak"
     assert _sandbox_processes() == []
+
+
+def test_dev_and_dev_shm_are_no_ram_sink():
+    # /dev/shm and /dev were bwrap's unsized tmpfs: 3 GB of RAM in 4.7 s. Each write below is under
+    # RLIMIT_FSIZE (16 MB), so only the mounts' own size can stop them.
+    prog = (
+        "import os\n"
+        "chunk = b'x' * (1 << 20)\n"
+        "def fill(d):\n"
+        "    n = 0\n"
+        "    try:\n"
+        "        for i in range(64):\n"
+        "            with open(os.path.join(d, f'f{i}'), 'wb') as f:\n"
+        "                for _ in range(8):\n"
+        "                    f.write(chunk); f.flush(); n += len(chunk)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "    return n\n"
+        "print(fill('/dev/shm'), fill('/dev'))\n"
+        "open('/dev/null', 'w').write('still usable')\n"
+    )
+    r = run_tests(prog, timeout_s=30)
+    assert r.passed, r.reason
+    shm, dev = map(int, r.stdout.split())
+    assert shm <= 4 << 20 and dev == 0, (shm, dev)  # 512 MB tried in each

@@ -24,7 +24,14 @@ from typing import Any
 
 import torch
 
-from qverify.serve.embedded.request import GenRequest, GenResult, build_result, lp_row, prompt_logprob_rows
+from qverify.serve.embedded.request import (
+    GenRequest,
+    GenResult,
+    build_result,
+    check_request,
+    lp_row,
+    prompt_logprob_rows,
+)
 from qverify.serve.embedded.runner import ModelRunner, PromptKV
 from qverify.serve.embedded.sampler import batch_params, logprob_rows, sample
 
@@ -78,7 +85,9 @@ class Engine:
         self.max_batch, self.spec_tokens, self.prefill_tokens = max_batch, spec_tokens, prefill_tokens
         self.eos_id = tokenizer.eos_token_id
         self.vocab = model.config.vocab_size
+        self.n_embeddings = model.get_input_embeddings().num_embeddings  # the ids a prompt may hold
         self.waiting: deque[_Seq] = deque()
+        self._admitting: list[_Seq] = []  # taken from `waiting`, not yet running: fail_all must answer them too
         self.running: list[_Seq] = []
         self.prompts: OrderedDict[tuple[int, ...], _Prompt] = OrderedDict()
         self._serial = 0
@@ -97,8 +106,7 @@ class Engine:
         return round(self.stats["spec_tokens"] / v, 4) if v else None
 
     def add(self, req: GenRequest, done: Callable[[GenResult | None, BaseException | None], None]) -> None:
-        if not req.prompt_ids:
-            raise ValueError("empty prompt")
+        check_request(req, min(self.vocab, self.n_embeddings))  # ValueError: this request alone is refused
         seed = req.seed if req.seed is not None else random.getrandbits(32)
         self.waiting.append(_Seq(req, done, seed))
         self.stats["requests"] += 1
@@ -128,8 +136,10 @@ class Engine:
             self._retire()
 
     def fail_all(self, exc: BaseException) -> None:
-        for s in [*self.running, *self.waiting]:
+        # every sequence the engine holds is answered, those caught mid-admission too (they were in neither list)
+        for s in [*self._admitting, *self.running, *self.waiting]:
             s.done(None, exc)
+        self._admitting = []
         self.running.clear()  # (no version bump: nothing decodes before an admission bumps it)
         self.waiting.clear()
         self.prompts.clear()
@@ -159,9 +169,16 @@ class Engine:
             admitted.append(s)
         if not admitted:
             return
+        self._admitting = admitted
         if fresh:
-            self._prefill(list(fresh.values()), {tuple(s.req.prompt_ids) for s in admitted
-                                                 if s.req.prompt_logprobs is not None})
+            failed = self._prefill_each_alone_on_error(
+                list(fresh.values()), {tuple(s.req.prompt_ids) for s in admitted if s.req.prompt_logprobs is not None})
+            for s in admitted:
+                if s.prompt.ids in failed:
+                    s.done(None, failed[s.prompt.ids])
+            admitted = self._admitting = [s for s in admitted if s.prompt.ids not in failed]
+            for k in failed:
+                del fresh[k]
         for p in fresh.values():
             self.prompts[p.ids] = p
         for s in admitted:
@@ -188,7 +205,25 @@ class Engine:
                 for r in (self.runner, self.draft):
                     if r is not None:
                         r.reserve(most)
+        self._admitting = []
         self._evict()
+
+    def _prefill_each_alone_on_error(self, prompts: list[_Prompt], echo: set[tuple[int, ...]]) -> dict[tuple, Exception]:
+        """Prefill together; if that fails, each prompt alone, so only the prompts that fail by themselves fail
+        (their sequences are answered with the error, the others go on). Returns {prompt ids: error}."""
+        try:
+            self._prefill(prompts, echo)
+            return {}
+        except Exception as e:  # noqa: BLE001 - isolated below, then reported to the failing prompt's requests only
+            if len(prompts) == 1:
+                return {prompts[0].ids: e}
+        failed: dict[tuple, Exception] = {}
+        for p in prompts:
+            try:
+                self._prefill([p], echo)
+            except Exception as e:  # noqa: BLE001 - this prompt's own failure
+                failed[p.ids] = e
+        return failed
 
     def _prefill(self, prompts: list[_Prompt], echo: set[tuple[int, ...]]) -> None:
         rows, start, spans = [], 0, []

@@ -29,7 +29,7 @@ def wants_speculative(manifest: dict[str, Any]) -> bool:
 
 
 def load_for_serving(path: Path, quantization: bool = True, speculative: bool | None = None,
-                     dtype: str = "float32") -> LoadedModel:
+                     dtype: str = "float32", trust_remote_code: bool = False) -> LoadedModel:
     """`speculative=None` follows the build's recipe (wants_speculative); True/False force it."""
     import torch
 
@@ -41,7 +41,7 @@ def load_for_serving(path: Path, quantization: bool = True, speculative: bool | 
     if is_build(path):
         from qverify.quantize.loader import load_build
 
-        lb = load_build(path)
+        lb = load_build(path, trust_remote_code=trust_remote_code)
         if not quantization:
             lb.set_quantization_enabled(False)
         model, tok, drafter = lb.model, lb.tokenizer, lb.drafter

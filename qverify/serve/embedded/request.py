@@ -25,6 +25,32 @@ class GenRequest:
     ignore_eos: bool = False  # SGLang's sampling param: run to max_tokens
 
 
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit; each alternative costs a row per generated token
+
+
+def check_request(req: GenRequest, vocab: int) -> None:
+    """ValueError naming what is wrong with a request that must never reach the model: the server answers it
+    400 at once, and the engine refuses it alone, so one bad request never fails or stalls a batch."""
+    import math
+
+    if not req.prompt_ids:
+        raise ValueError("empty prompt")
+    bad = [i for i in req.prompt_ids if not 0 <= i < vocab]
+    if bad:
+        raise ValueError(f"token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
+    if not math.isfinite(req.temperature) or req.temperature < 0:
+        raise ValueError(f"temperature must be a number >= 0 (got {req.temperature})")
+    if not math.isfinite(req.top_p) or not 0 < req.top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (got {req.top_p})")
+    if req.max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0 (got {req.max_tokens})")
+    for name, k in (("top_logprobs", req.top_logprobs), ("logprobs", req.prompt_logprobs)):
+        if k is not None and not 0 <= k <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"{name} must be between 0 and {MAX_TOP_LOGPROBS} (got {k})")
+    if any(not 0 <= i < vocab for i in req.bad_token_ids):
+        raise ValueError("a banned token id is outside the vocabulary")
+
+
 @dataclass
 class GenResult:
     token_ids: list[int]

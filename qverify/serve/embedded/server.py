@@ -12,20 +12,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hmac
+import os
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
 from qverify.chatfmt import ARG_BEGIN, CALL_BEGIN, SECTION_BEGIN, parse_tool_calls
 from qverify.serve.embedded.engine import Engine, GenRequest, GenResult
 from qverify.serve.embedded.model_loader import LoadedModel, load_for_serving
+from qverify.serve.embedded.request import check_request
 from qverify.serve.embedded.streaming import TokenQueue, sse_chat
 from qverify.serve.embedded.worker import EngineWorker
+from qverify.serve.openai_http import KEY_ENV
 
 
 class _Body(BaseModel):
@@ -67,7 +72,9 @@ def _stops(stop: str | list[str] | None) -> list[str]:
 
 
 def create_app(loaded: LoadedModel, max_batch: int = 256, threads: int = 1,
-               kv_scale_mode: str = "production") -> FastAPI:
+               kv_scale_mode: str = "production", api_key: str | None = None) -> FastAPI:
+    """`api_key`: every request but /health must carry `Authorization: Bearer <key>` (qverify generates one
+    per launch, so another local user cannot use, or load, a server it started)."""
     engine = Engine(loaded.model, loaded.tokenizer, loaded.drafter, max_batch=max_batch, fp8_kv=loaded.fp8_kv,
                     scale_mode=kv_scale_mode, sglang_scales=loaded.sglang_kv_scales)
     worker = EngineWorker(engine, threads=threads)
@@ -75,6 +82,29 @@ def create_app(loaded: LoadedModel, max_batch: int = 256, threads: int = 1,
     app = FastAPI(title="qverify local server")
     app.state.worker = worker
     name = loaded.served_name
+    vocab = min(engine.vocab, engine.n_embeddings)
+
+    if api_key:
+        @app.middleware("http")
+        async def _auth(request: Request, call_next):
+            given = request.headers.get("authorization", "")
+            if request.url.path != "/health" and not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+                return _err(401, "missing or wrong API key", "authentication_error")
+            return await call_next(request)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+        return _err(400, f"{where}: {first.get('msg', 'invalid request')}")
+
+    def refused(req: GenRequest) -> JSONResponse | None:
+        """400 now for a request the engine must never see (check_request), instead of a failure inside a batch."""
+        try:
+            check_request(req, vocab)
+        except ValueError as e:
+            return _err(400, str(e))
+        return None
 
     def check_len(n_prompt: int, max_tokens: int) -> JSONResponse | None:
         if n_prompt + max_tokens > engine.max_context:
@@ -121,7 +151,7 @@ def create_app(loaded: LoadedModel, max_batch: int = 256, threads: int = 1,
             banned = [tok.convert_tokens_to_ids(SECTION_BEGIN)]
         ids = tok(prompt + prefill, add_special_tokens=False)["input_ids"]
         max_tokens = body.max_completion_tokens or body.max_tokens or 256
-        if (e := check_len(len(ids), max_tokens)) is not None:
+        if max_tokens > 0 and (e := check_len(len(ids), max_tokens)) is not None:
             return e
         parse_tools = bool(body.tools) and body.tool_choice != "none"
 
@@ -148,6 +178,8 @@ def create_app(loaded: LoadedModel, max_batch: int = 256, threads: int = 1,
         req = GenRequest(prompt_ids=ids, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
                          seed=body.seed, stop=_stops(body.stop), want_logprobs=body.logprobs,
                          top_logprobs=body.top_logprobs or 0, bad_token_ids=banned, ignore_eos=body.ignore_eos)
+        if (e := refused(req)) is not None:
+            return e
         if body.stream:
             if body.logprobs:
                 return _err(400, "stream=true with logprobs is not supported by the embedded server; use stream=false")
@@ -176,17 +208,18 @@ def create_app(loaded: LoadedModel, max_batch: int = 256, threads: int = 1,
         if body.stream:
             return _err(400, "stream=true is not supported by the embedded server; use stream=false")
         ids = body.prompt if isinstance(body.prompt, list) else tok(body.prompt, add_special_tokens=False)["input_ids"]
-        if not ids:
-            return _err(400, "empty prompt")
         max_tokens = body.max_tokens if body.max_tokens is not None else 16
-        if (e := check_len(len(ids), max_tokens)) is not None:
+        if ids and (e := check_len(len(ids), max_tokens)) is not None:
             return e
         k = body.logprobs or 0
         echo = body.echo and body.logprobs is not None
-        res = await worker.submit(GenRequest(
+        req = GenRequest(
             prompt_ids=ids, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed,
             stop=_stops(body.stop), want_logprobs=body.logprobs is not None, top_logprobs=k,
-            prompt_logprobs=k if echo else None, ignore_eos=body.ignore_eos))
+            prompt_logprobs=k if echo else None, ignore_eos=body.ignore_eos)
+        if (e := refused(req)) is not None:
+            return e
+        res = await worker.submit(req)
         text = (tok.decode(ids, skip_special_tokens=False) if body.echo else "") + res.text
         lp_rows = (res.prompt_logprobs or []) + (res.logprobs or [])
         choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": res.finish_reason}
@@ -239,6 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-batch", type=int, default=256, help="most sequences decoding at once")
     ap.add_argument("--kv-scale-mode", choices=["production", "compressed-tensors"], default="production",
                     help="FP8 latent KV: SGLang's one scale per layer (default) or compressed-tensors' k/v pair")
+    ap.add_argument("--trust-remote-code", action="store_true", help="allow the build's own code (when it needs it)")
     ap.add_argument("--no-quant", action="store_true", help="switch fake quantization off (logits = baseline)")
     spec = ap.add_mutually_exclusive_group()
     spec.add_argument("--spec", dest="spec", action="store_true", default=None, help="use the build's drafter")
@@ -250,8 +284,10 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(args.threads)
     _die_with_parent()
-    loaded = load_for_serving(args.build, quantization=not args.no_quant, speculative=args.spec, dtype=args.dtype)
-    app = create_app(loaded, max_batch=args.max_batch, threads=args.threads, kv_scale_mode=args.kv_scale_mode)
+    loaded = load_for_serving(args.build, quantization=not args.no_quant, speculative=args.spec, dtype=args.dtype,
+                              trust_remote_code=args.trust_remote_code)
+    app = create_app(loaded, max_batch=args.max_batch, threads=args.threads, kv_scale_mode=args.kv_scale_mode,
+                     api_key=os.environ.pop(KEY_ENV, None))
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
 
 

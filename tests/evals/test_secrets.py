@@ -1,0 +1,57 @@
+"""Secrets are never stored (#31): the key `--api-key-env` names and an endpoint URL's `user:pass@` appear in
+nothing qverify writes, although the server echoes them back. The real CLI against a real HTTP server
+(tests/badserver.py, mode "echo")."""
+
+from __future__ import annotations
+
+import base64
+import os
+
+from tests.badserver import BadServer
+from tests.evals.test_bad_servers import _eval, _workdir
+
+KEY = "qv-test-key-6b1f0c2a9e"
+PASSWORD = "hunter2-pass-77"
+
+
+def _eval_against_echo(bf16_build, wd_parent, userinfo: str, *args: str, env: dict | None = None):
+    wd = _workdir(bf16_build, wd_parent)
+    with BadServer("echo") as srv:
+        r, _ = _eval(wd, bf16_build, srv.url.replace("http://", f"http://{userinfo}"), "--suites", "toolcall",
+                     "--limit", "3", "--replicates", "1", *args, env=env)
+    assert r.returncode == 3, r.stderr  # every item a 400: incomplete, not a crash
+    files = [p for p in wd.rglob("*") if p.is_file() and not p.is_symlink() and "builds" not in p.parts]
+    jsonl = [p for p in files if p.suffix == ".jsonl"]
+    assert jsonl and any("***" in p.read_text() for p in jsonl)  # the echo was stored, masked
+    assert any(p.name.startswith("endpoint-") for p in files)
+    return r, files
+
+
+def test_the_api_key_is_in_nothing_written(bf16_build, tmp_path):
+    env = os.environ | {"QV_ENDPOINT_CRED": KEY}  # a name no secret-name heuristic knows
+    r, files = _eval_against_echo(bf16_build, tmp_path, "", "--api-key-env", "QV_ENDPOINT_CRED", env=env)
+    for p in files:
+        assert KEY not in p.read_text(errors="replace"), p
+    assert KEY not in r.stderr + r.stdout
+
+
+def test_the_url_password_is_in_nothing_written(bf16_build, tmp_path):
+    r, files = _eval_against_echo(bf16_build, tmp_path, f"alice:{PASSWORD}@")
+    basic = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
+    for p in files:
+        text = p.read_text(errors="replace")
+        assert PASSWORD not in text and "alice" not in text and basic not in text, p  # manifest, results, logs
+        assert PASSWORD not in p.name and "alice" not in p.name  # the endpoint log's name
+    assert PASSWORD not in r.stderr + r.stdout
+
+
+def test_registered_secrets_reach_the_report_redaction():
+    from qverify.reports.redact import redact_obj
+    from qverify.scrub import register, scrub_text
+
+    # the parquet and MLflow artifacts pass through redact_obj: it masks what qverify registered, under any name
+    register("zz-unnamed-credential-42")
+    row = {"error_detail": "invalid key zz-unnamed-credential-42", "url": "https://bob:pw1234@h.example/v1"}
+    out = redact_obj(row)
+    assert "zz-unnamed-credential-42" not in str(out) and "pw1234" not in str(out)
+    assert scrub_text("see https://bob:pw1234@h.example/v1") == "see https://h.example/v1"
