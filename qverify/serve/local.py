@@ -25,6 +25,8 @@ class LocalBackend(ServerBackend):
             cmd += ["--threads", str(flags["threads"])]
         if flags.get("max_batch"):
             cmd += ["--max-batch", str(flags["max_batch"])]
+        if flags.get("attention_backend"):
+            cmd += ["--attention-backend", flags["attention_backend"]]
         if flags.get("no_quant"):
             cmd.append("--no-quant")
         if flags.get("no_spec") or flags.get("speculative") is False:
