@@ -16,8 +16,13 @@ class SGLangFlags(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    python: str | None = Field(None, description="SGLang's interpreter (default: $QVERIFY_SGLANG_PYTHON, else "
-                               "./.venv-sglang/bin/python made by scripts/setup_sglang.sh, else this one)")
+    python: str | None = Field(None, description="SGLang's interpreter (default: $QVERIFY_SGLANG_PYTHON, else the "
+                               "repository's .venv-sglang/bin/python made by scripts/setup_sglang.sh); refused at "
+                               "launch when sglang does not import there")
+    # qverify's, not SGLang's: how long to wait for /health_generate. A cold 1T-parameter start reads ~590 GB of
+    # weights (about 10 min at 1 GB/s per node), then captures CUDA graphs and autotunes trtllm kernels for the target
+    # and the EAGLE3 drafter; 20 min was the old default and may be short, so 1 h
+    ready_timeout_s: float = Field(3600.0, gt=0, description="seconds to wait for readiness (qverify serve --ready-timeout overrides)")
     trust_remote_code: bool = Field(False, description="--trust-remote-code (on anyway for builds made with it)")
     host: str | None = Field(None, description="bind address (default: the backend's host, 127.0.0.1)")
     mem_fraction_static: float | None = Field(None, gt=0, le=1)
