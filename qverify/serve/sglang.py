@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -35,41 +34,12 @@ from qverify.serve.openai_http import (
     summarize_info,
     with_meta_info,
 )
-from qverify.serve.sglang_flags import sglang_flags
+from qverify.serve.sglang_flags import FIX_PYTHON, check_sglang_imports, sglang_flags, sglang_python
 
-__all__ = ["SGLangBackend", "drafter_algorithm", "kv_cache_dtype", "spec_meta", "with_meta_info"]
+__all__ = ["SGLangBackend", "drafter_algorithm", "kv_cache_dtype", "sglang_python", "spec_meta", "with_meta_info"]
 
 _SECRET = "__QVERIFY_API_KEY__"  # stands in for the key until the real launch
 _KV_NAMES = {"fp8_e4m3", "fp8_e5m2", "mxfp8", "nvfp4", "fp4_mx_block16"}  # SGLang's non-default KV dtypes
-
-
-# where scripts/setup_sglang.sh makes SGLang's virtualenv: next to qverify's source tree, wherever qverify runs from
-SGLANG_VENV_PYTHON = Path(__file__).resolve().parents[2] / ".venv-sglang" / "bin" / "python"
-_FIX_PYTHON = "run scripts/setup_sglang.sh (makes .venv-sglang), or set the profile's flags.python or $QVERIFY_SGLANG_PYTHON"
-
-
-def sglang_python(configured: str | None) -> str:
-    """The interpreter that has SGLang: it needs torch 2.14.1 / transformers 5.19, so it lives in its own
-    virtualenv rather than qverify's. The profile's flags.python, else $QVERIFY_SGLANG_PYTHON, else the repository's
-    .venv-sglang (not the current directory's, and never qverify's own interpreter, which has no sglang)."""
-    import os
-
-    return configured or os.environ.get("QVERIFY_SGLANG_PYTHON") or str(SGLANG_VENV_PYTHON)
-
-
-def check_sglang_imports(python: str, timeout_s: float = 600.0) -> None:
-    """Refuse, before a launch that would fail minutes later, an interpreter that is missing or has no sglang.
-    (`import sglang` takes seconds to a minute on a busy machine: it is run once per launch.)"""
-    try:
-        r = subprocess.run([python, "-c", "import sglang"], capture_output=True, text=True, timeout=timeout_s,
-                           stdin=subprocess.DEVNULL, check=False)
-    except OSError as e:
-        raise BadInput(f"SGLang's interpreter {python} cannot run: {e.strerror}", fix=_FIX_PYTHON) from None
-    except subprocess.TimeoutExpired:
-        raise BadInput(f"`{python} -c 'import sglang'` did not finish in {timeout_s:.0f}s", fix=_FIX_PYTHON) from None
-    if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
-        raise BadInput(f"sglang does not import with {python}: {last}", fix=_FIX_PYTHON)
 
 
 def kv_cache_dtype(serving: dict[str, Any], manifest_kv: str | None) -> str | None:
@@ -280,7 +250,7 @@ class SGLangBackend(ServerBackend):
                 server.start()
             except OSError as e:
                 self.stop()
-                raise BadInput(f"cannot launch {argv[0]}: {e.strerror}", fix=_FIX_PYTHON) from None
+                raise BadInput(f"cannot launch {argv[0]}: {e.strerror}", fix=FIX_PYTHON) from None
             self.servers.append(server)
         self.endpoint = Endpoint(base_url=f"{self.root_url}/v1", model=self.served_name, api_key=self.api_key or "EMPTY")
         return self.endpoint

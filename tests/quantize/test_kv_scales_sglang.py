@@ -3,7 +3,6 @@ do not import on CPU, see tests/sglang_ref/sglang_source.py), on real builds of 
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from tests.quantize.test_kimi_build import kimi_built  # noqa: F401  (session fixture)

@@ -127,7 +127,7 @@ def test_a_loaded_scale_multiplies_decode_logits_on_trtllm_mla(model, sglang):
     assert (got.double() - bad).abs().max() < 1e-5 * bad.abs().max()
     assert (got.double() - good).abs().max() > 100 * (got.double() - bad).abs().max()
     # flashinfer never reads it: the same scaled build is harmless there
-    mla_f, p_f = _layer(model, "flashinfer", k_scale=s)
+    mla_f, _ = _layer(model, "flashinfer", k_scale=s)
     assert mla_f.q_mult == mla_f.scaling
 
 

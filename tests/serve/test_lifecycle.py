@@ -275,7 +275,7 @@ def test_cli_reports_a_server_that_dies_mid_run(tmp_path, stand_in):
 
 
 def test_sglang_interpreter_is_the_repositorys_venv_whatever_the_cwd(tmp_path, monkeypatch):
-    from qverify.serve.sglang import SGLANG_VENV_PYTHON, sglang_python
+    from qverify.serve.sglang_flags import SGLANG_VENV_PYTHON, sglang_python
 
     monkeypatch.delenv("QVERIFY_SGLANG_PYTHON", raising=False)
     monkeypatch.chdir(tmp_path)
