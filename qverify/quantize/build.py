@@ -138,6 +138,8 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
                "calibration": calib.describe() | {"source": None} if calib else None}
         if trust_remote_code:  # only when set, so ids of existing builds do not change
             key["trust_remote_code"] = True
+        if rec.serving.kv_cache_dtype == "fp8_e4m3":  # FP8-KV builds before issue #28 carried a scale SGLang loads
+            key["kv_scales"] = "sglang-scale-one"  # (kv_scales.py): a new id, so a cached old one is never reused
         build_id = f"{rec.name}-{content_hash(key, 12)}"
         out_dir = Path(out).expanduser().resolve() if out else Workdir.at(workdir).build_dir(build_id)
         reused = reuse_existing(out_dir, build_id, force)
