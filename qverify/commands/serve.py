@@ -28,7 +28,8 @@ def serve_cmd(
     endpoint: EndpointOpt = None,
     api_key_env: KeyEnvOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the launch command and exit")] = False,
-    ready_timeout: Annotated[float, typer.Option("--ready-timeout", callback=Seconds, help="seconds to wait for readiness")] = 1200.0,
+    ready_timeout: Annotated[float | None, typer.Option("--ready-timeout", callback=Seconds,
+                                                        help="seconds to wait for readiness (default: the backend's; sglang: the profile's flags.ready_timeout_s)")] = None,
     trust_remote_code: TrustOpt = False,
     config: ConfigOpt = None,
 ) -> None:
@@ -64,7 +65,7 @@ def serve_cmd(
     t0 = time.monotonic()
     ep = srv.start()
     try:
-        srv.wait_ready(ready_timeout)
+        srv.wait_ready() if ready_timeout is None else srv.wait_ready(ready_timeout)
         ready_s = time.monotonic() - t0
         info = srv.info()
         if s.out.json_mode:

@@ -27,7 +27,7 @@ from qverify.models import BuildManifest, content_hash
 from qverify.quantize import eagle3_fp8
 from qverify.quantize import manifest as mf
 from qverify.quantize.eagle3 import check_eagle3, is_eagle3
-from qverify.quantize.kv_scales import write_production_scales
+from qverify.quantize.kv_scales import manifest_kv_scales, write_control_scale
 from qverify.quantize.loader import DRAFTER_DIR, VerifyReport, verify_build
 from qverify.quantize.recipe import LoadedRecipe, load_recipe
 from qverify.quantize.shipped import drop_shipped_modules, merge_shipped, read_shipped
@@ -138,6 +138,8 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
                "files": {"target": files_hash(model_dir), "drafter": files_hash(drafter_dir)}}
         if trust_remote_code:  # only when set, so ids of existing builds do not change
             key["trust_remote_code"] = True
+        if rec.serving.kv_cache_dtype == "fp8_e4m3":  # FP8-KV builds before issue #28 carried a scale SGLang loads
+            key["kv_scales"] = "sglang-scale-one"  # (kv_scales.py): a new id, so a cached old one is never reused
         build_id = f"{rec.name}-{content_hash(key, 12)}"
         out_dir = Path(out).expanduser().resolve() if out else Workdir.at(workdir).build_dir(build_id)
         reused = reuse_existing(out_dir, build_id, force)
@@ -165,6 +167,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
                 bytes_by_dtype=by_dtype, total_bytes=sum(by_dtype.values()), kv_dtype=kv_dtype,
                 kv_bytes_per_token=mf.kv_bytes_per_token(config, kv_dtype), tensor_hashes=mf.hash_dir(tmp),
                 control=rec.control, trust_remote_code=trust_remote_code,
+                kv_scales=manifest_kv_scales(kv_dtype.startswith("fp8"), _control_k_scale(rec)),
                 source_quantization=shipped.describe() if shipped else None, carried_files=carried,
                 drafter_kind="eagle3" if drafter_dir and is_eagle3(json.loads((drafter_dir / "config.json").read_text()))
                 else "causal-lm")
@@ -251,8 +254,6 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
                 model = compress.load_source(src, keep, trust_remote_code)
                 compress.quantize(model, stage, dataset, calib.seq_len, rec.calibration.pipeline,
                                   f"{loaded.path}: {which}", processor=tokenizer)
-                if which == "target" and rec.corrupt is not None and rec.corrupt.kv_scale_factor is not None:
-                    compress.shrink_kv_scales(model, rec.corrupt.kv_scale_factor)
                 if noise is not None:
                     compress.noise_shared_experts(model, noise, rec.corrupt.seed)
                 counts = mf.module_counts(model)  # before saving: save compresses weights in place
@@ -263,8 +264,9 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
                 summary += mf.quantization_summary(counts, qc, prefix="" if which == "target" else "drafter:")
                 if keep is not None:
                     merge_shipped(dst, src, keep)
-                if which == "target" and (qc or {}).get("kv_cache_scheme"):
-                    write_production_scales(dst)  # the one scale SGLang loads (qverify/quantize/kv_scales.py)
+                # SGLang needs no KV scale (kv_scales.py): only the badscale control writes one it loads
+                if which == "target" and (qc or {}).get("kv_cache_scheme") and _control_k_scale(rec) is not None:
+                    write_control_scale(dst, _control_k_scale(rec))
                 del model
                 gc.collect()
         names += carry_files(src, dst)
@@ -274,3 +276,7 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
             copy_tokenizer(src, model_dir, dst)
     (tmp / "recipe.yaml").write_text(loaded.recipe.resolved_yaml())
     return summary, carried
+
+
+def _control_k_scale(rec) -> float | None:
+    return rec.corrupt.sglang_k_scale if rec.corrupt is not None else None

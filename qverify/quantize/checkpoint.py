@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from qverify.quantize.kv_scales import check_production_scales, is_sglang_kv_scale
+from qverify.quantize.kv_scales import check_sglang_scales, declared_sglang_k_scale, is_sglang_kv_scale
 from qverify.quantize.manifest import IntegrityError, safetensors_header
 
 _EXPERT_KEY = re.compile(r"^(?P<prefix>.*\.experts)\.(?P<idx>\d+)\.(?P<rest>.+)$")
@@ -40,7 +40,7 @@ class LoadCheck:
     mode: str  # "transformers" or "linearized"
     tensors: int  # checkpoint tensors compared bitwise
     quantized: bool
-    sglang_kv_scales: int = 0  # SGLang's one-scale-per-layer tensors, checked against their compressed-tensors pair
+    sglang_kv_scales: int = 0  # SGLang-visible MLA KV scales (kv_scales.py: 1.0, or a control's declared value)
 
 
 def _shard_files(path: Path) -> list[Path]:
@@ -52,7 +52,7 @@ def _shard_files(path: Path) -> list[Path]:
 
 def _iter_shards(path: Path):
     """Each shard's tensors, one shard in memory at a time; SGLang's KV scale names are set aside
-    (no transformers module holds them; `_check_sglang_scales` checks them against their pair)."""
+    (no transformers module holds them; kv_scales.check_sglang_scales checks their values)."""
     from safetensors.torch import load_file
 
     for f in _shard_files(path):
@@ -228,14 +228,11 @@ def _compare_streamed(model, mode: str, path: Path) -> tuple[int, int]:
         from transformers.core_model_loading import revert_weight_conversion
 
         state = revert_weight_conversion(model, dict(state))
-    all_keys, n, sglang, pairs = set(_checkpoint_keys(path)), 0, {}, {}
+    all_keys, n, sglang = set(_checkpoint_keys(path)), 0, {}
     for shard, scales in _iter_shards(path):
         n += compare_to_checkpoint(model, shard, mode, path, state=state, all_keys=all_keys)
         sglang |= {k: v.float().item() for k, v in scales.items()}
-        pairs |= {k: v.float().item() for k, v in shard.items() if k.endswith(("self_attn.k_scale", "self_attn.v_scale"))}
-    if sglang or pairs:
-        check_production_scales(sglang, pairs, path.name)
-    return n, len(sglang)
+    return n, check_sglang_scales(sglang, path.name, declared_sglang_k_scale(path))
 
 
 def load_checkpoint(path: Path):

@@ -91,24 +91,6 @@ def quantize(model, stage: dict[str, Any], dataset, seq_len: int, pipeline: str,
     return model
 
 
-def shrink_kv_scales(model, factor: float) -> int:
-    """Multiply every saved k/v scale by `factor` (the badscale control); returns how many."""
-    import torch
-
-    n = 0
-    with torch.no_grad():
-        for m in model.modules():
-            for name in ("k_scale", "v_scale"):
-                p = getattr(m, name, None)
-                if isinstance(p, torch.Tensor):
-                    p.mul_(factor)
-                    n += 1
-    if n == 0:
-        raise BadInput("corrupt.kv_scale_factor: the model has no k/v scales after calibration",
-                       fix="use it only with a kv_cache_scheme")
-    return n
-
-
 def noise_shared_experts(model, scale: float, seed: int) -> int:
     """The damage dial: w += N(0, (scale * rms(w))^2) on every shared-expert weight matrix; returns how many.
 

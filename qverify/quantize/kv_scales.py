@@ -1,93 +1,124 @@
-"""FP8 KV-cache scale names: what a build writes, what SGLang loads, what the embedded engine applies.
+"""FP8 KV-cache scales on MLA: what a build writes, what SGLang loads, what it does with it.
 
 For MLA the cache holds one 576-value latent per token (512 compressed KV + 64 rope key).
-- compressed-tensors (HF reference) writes two scales per layer: `self_attn.k_scale` (applied to the 512-value
-  latent) and `self_attn.v_scale` (applied to the 64-value rope key).
-- SGLang 0.5.23's DeepSeek loader renames only `self_attn.k_proj.k_scale` -> `self_attn.attn_mqa.k_scale` and skips
-  unknown names; its MLA backends then quantize the whole 576-value latent with that ONE scale (1.0 if none loaded).
-So a build meant for SGLang carries, besides compressed-tensors' pair, one production scale per layer covering the
-whole latent: max(k_scale, v_scale) (both are amax/448 of their part, so the max is amax/448 of the whole latent).
-Confirmed against SGLang 0.5.23's code (tests/quantize/test_kv_scales_sglang.py runs it):
-- srt/models/deepseek_common/deepseek_weight_loader.py, `DeepseekV2WeightLoaderMixin.do_load_weights`: a name with
-  "k_scale"/"v_scale" that is not a parameter has `k_proj`/`v_proj` replaced by `attn_mqa`; anything still unknown
-  is logged "not found in params_dict" and skipped (so compressed-tensors' `self_attn.k_scale` never loads).
-- srt/layers/quantization/kv_cache.py, `BaseKVCacheMethod.process_weights_after_loading`: with only k_scale loaded
-  it uses max(k_scale, v_scale) for both, i.e. our one scale.
-- srt/layers/attention/trtllm_mla_backend.py / flashmla_backend.py: the MLA latent is (de)quantized with
-  `layer.k_scale` / `k_scale_float` of `attn_mqa`.
+- compressed-tensors (the HF reference; vLLM loads the same names) writes two calibrated scales per layer:
+  `self_attn.k_scale` (on the 512-value latent) and `self_attn.v_scale` (on the 64-value rope key).
+- SGLang 0.5.23 does not load those: `DeepseekV2WeightLoaderMixin.do_load_weights`
+  (srt/models/deepseek_common/deepseek_weight_loader.py) only renames `self_attn.k_proj.k_scale` /
+  `self_attn.v_proj.v_scale` onto `self_attn.attn_mqa.{k,v}_scale` and skips what is still unknown ("not found in
+  params_dict"); tests/quantize/test_kv_scales_sglang.py runs that code.
+- No SGLang MLA cache write applies a scale (plain casts: `MLATokenToKVPool._write_mla_kv_buffer`,
+  `mla_quantize_without_rope_for_fp8`, `mla_quantize_and_rope_for_fp8` with quant_scale_kv=1.0), but trtllm_mla and
+  cutedsl_mla (the SM100 default for DeepSeek/Kimi) multiply every decode and verify attention logit by the loaded
+  k_scale (`TRTLLMMLABackend._compute_decode_bmm1_scale`). A loaded scale s != 1 therefore scales decode logits by s
+  for K that was never divided by s (docs/serve.md, "FP8 KV on SGLang", has the per-backend table).
+So a build for SGLang carries no SGLang-visible MLA scale (1.0 is tolerated: it changes nothing), and FP8 KV needs no
+calibration for SGLang. The calibrated pair stays under compressed-tensors' names, which SGLang does not load; the
+manifest's `kv_scales` says so. Only a control (`corrupt.sglang_k_scale`, the fp8kv_badscale recipe) writes another
+value under SGLang's name, and only the value its manifest declares is accepted.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from typing import Any
 
-_SGLANG_NAME = re.compile(r"^model\.layers\.(\d+)\.self_attn\.k_proj\.k_scale$")
-_CT_NAME = re.compile(r"^model\.layers\.(\d+)\.self_attn\.([kv])_scale$")
+# every checkpoint name SGLang 0.5.23's DeepSeek/Kimi loader puts onto an MLA attention's KV scale (kimi_k25 strips
+# `language_model.` first): the k_proj/v_proj names it renames, and the attention's own parameter names
+_SGLANG_VISIBLE = re.compile(r"^(?:language_model\.)?model\.layers\.(\d+)\.self_attn\."
+                             r"(?:k_proj\.k_scale|v_proj\.v_scale|attn_mqa\.[kv]_scale|attn_mha\.[kv]_scale)$")
+_CT_NAME = re.compile(r"^(?:language_model\.)?model\.layers\.(\d+)\.self_attn\.([kv])_scale$")
 
 FP8_E4M3_MAX = 448.0
 
+# The SGLang MLA backends whose FP8-KV numerics the embedded engine emulates (serve/embedded/kv_fp8.py), as
+# backend -> (decode/verify query cast to FP8, prefill q/k/v cast to FP8, decode/verify logits x loaded k_scale)
+SGLANG_FP8_PATHS: dict[str, tuple[bool, bool, bool]] = {
+    "trtllm_mla": (True, True, True),
+    "cutedsl_mla": (True, True, True),
+    "flashinfer": (False, False, False),
+}
+DEFAULT_BACKEND = "trtllm_mla"  # SGLang 0.5.23's choice on SM100 for DeepSeek/Kimi (arg_groups/model_overrides/deepseek_v2.py)
+SGLANG_SCALES_SHARD = "model-sglang-kv-scales.safetensors"  # only a control's deliberate scale is written there
+
 
 def sglang_kv_scale_name(layer: int) -> str:
-    """The tensor name SGLang 0.5.23's DeepSeek loader maps onto the MLA attention's single KV scale."""
+    """The tensor name SGLang 0.5.23's DeepSeek loader maps onto the MLA attention's k_scale."""
     return f"model.layers.{layer}.self_attn.k_proj.k_scale"
 
 
-def production_kv_scale(k_scale: float | None, v_scale: float | None) -> float:
-    """The one scale SGLang applies to the 576-value latent, from compressed-tensors' pair (1.0 when absent)."""
-    present = [s for s in (k_scale, v_scale) if s is not None]
-    return float(max(present)) if present else 1.0
-
-
 def is_sglang_kv_scale(name: str) -> bool:
-    return bool(_SGLANG_NAME.match(name))
+    """A tensor SGLang would load as an MLA attention's KV scale (transformers has no module for it)."""
+    return bool(_SGLANG_VISIBLE.match(name))
 
 
-def production_scales(ct_scales: dict[str, float]) -> dict[str, float]:
-    """{SGLang name: one scale} from compressed-tensors' {name: scale} pairs (any extra names ignored)."""
-    pairs: dict[int, dict[str, float]] = {}
-    for name, value in ct_scales.items():
-        if m := _CT_NAME.match(name):
-            pairs.setdefault(int(m[1]), {})[m[2]] = float(value)
-    return {sglang_kv_scale_name(i): production_kv_scale(p.get("k"), p.get("v")) for i, p in sorted(pairs.items())}
+def sglang_scale_layer(name: str) -> int:
+    return int(_SGLANG_VISIBLE.match(name)[1])
 
 
-def check_production_scales(found: dict[str, float], ct_scales: dict[str, float], where: str) -> int:
-    """Every layer with compressed-tensors scales carries the SGLang scale, equal to the max of its pair."""
+def manifest_kv_scales(kv_fp8: bool, sglang_k_scale: float | None) -> dict[str, Any]:
+    """build.json's `kv_scales`: which scale SGLang will use and where the calibrated one lives."""
+    if not kv_fp8:
+        return {}
+    return {"sglang_k_scale": 1.0 if sglang_k_scale is None else float(sglang_k_scale),
+            "sglang_visible": SGLANG_SCALES_SHARD if sglang_k_scale is not None else None,
+            "calibrated": "model.layers.N.self_attn.k_scale / v_scale (compressed-tensors' names)",
+            "note": "SGLang 0.5.23 does not load the calibrated pair; its MLA cache is a plain FP8 cast with scale 1"}
+
+
+def declared_sglang_k_scale(build_dir: Path) -> float:
+    """The SGLang-visible k_scale a build may carry: 1.0, or what a control's manifest declares."""
+    from qverify.workdir import is_build, read_build_manifest_dict
+
+    if not is_build(build_dir):
+        return 1.0
+    m = read_build_manifest_dict(build_dir)
+    return float((m.get("kv_scales") or {}).get("sglang_k_scale") or 1.0) if m.get("control") else 1.0
+
+
+def check_sglang_scales(found: dict[str, float], where: str, declared: float = 1.0) -> int:
+    """Refuse an SGLang-visible MLA scale other than 1.0 (or, for a control, the value its manifest declares)."""
     from qverify.quantize.manifest import IntegrityError
 
-    expected = production_scales(ct_scales)
-    for name, value in expected.items():
-        if name not in found:
-            raise IntegrityError(f"{where}: {name} is missing: SGLang would run this FP8 KV cache with scale 1.0",
-                                 fix="rebuild it with --force (qverify writes the SGLang scale next to the pair)")
-        if found[name] != value:
-            raise IntegrityError(f"{where}: {name} = {found[name]} but its compressed-tensors pair gives {value}",
-                                 fix="rebuild it with --force")
-    extra = sorted(set(found) - set(expected))
-    if extra:
-        raise IntegrityError(f"{where}: {extra[0]} has no compressed-tensors pair", fix="rebuild it with --force")
+    for name, value in sorted(found.items()):
+        if value not in (1.0, declared):
+            raise IntegrityError(
+                f"{where}: {name} = {value:g}: SGLang 0.5.23 loads it as the MLA attention's k_scale, and its SM100 "
+                f"default (trtllm_mla) multiplies every decode attention logit by it while the cache is written "
+                f"unscaled (docs/serve.md, 'FP8 KV on SGLang')",
+                fix="rebuild with --force (qverify writes no SGLang-visible MLA scale), or delete that tensor")
+    if declared != 1.0 and found and set(found.values()) != {declared}:
+        raise IntegrityError(f"{where}: the control declares SGLang k_scale {declared:g} but not every layer carries it",
+                             fix="rebuild it with --force")
     return len(found)
 
 
-SGLANG_SCALES_SHARD = "model-sglang-kv-scales.safetensors"
+def sglang_scales_in_dir(build_dir: Path | str) -> dict[str, float]:
+    """{name: value} of every SGLang-visible MLA scale in a checkpoint directory's safetensors."""
+    from safetensors import safe_open
+
+    out: dict[str, float] = {}
+    for f in sorted(Path(build_dir).glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as st:
+            for k in st.keys():  # noqa: SIM118 - a safe_open handle, not a dict
+                if is_sglang_kv_scale(k):
+                    out[k] = float(st.get_tensor(k).float().reshape(-1)[0])
+    return out
 
 
-def write_production_scales(build_dir) -> int:
-    """Add SGLang's one scale per layer (max of the pair, same dtype) to a saved FP8-KV build; returns how many."""
+def write_control_scale(build_dir: Path, value: float) -> int:
+    """The badscale control: `value` under SGLang's k_scale name for every layer with a compressed-tensors pair
+    (same dtype and shape as the pair); returns how many. Production builds never call this."""
     import torch
     from safetensors import safe_open
 
     from qverify.quantize.shards import add_shard, weight_map
 
-    pairs: dict[str, torch.Tensor] = {}
+    out: dict[str, torch.Tensor] = {}
     for name, shard in weight_map(build_dir).items():
-        if _CT_NAME.match(name):
+        if (m := _CT_NAME.match(name)) and m[2] == "k":  # (a kimi_k25 wrapper's prefix kept: SGLang strips it)
             with safe_open(build_dir / shard, "pt") as f:
-                pairs[name] = f.get_tensor(name)
-    if not pairs:
-        return 0
-    dtype = next(iter(pairs.values())).dtype
-    values = production_scales({k: v.float().item() for k, v in pairs.items()})
-    add_shard(build_dir, SGLANG_SCALES_SHARD, {k: torch.tensor(v, dtype=dtype).reshape(pairs[k.replace("k_proj.", "")].shape)
-                                              for k, v in values.items()})
-    return len(values)
+                out[name.replace(".self_attn.k_scale", ".self_attn.k_proj.k_scale")] = torch.full_like(f.get_tensor(name), value)
+    add_shard(build_dir, SGLANG_SCALES_SHARD, out)
+    return len(out)

@@ -49,7 +49,9 @@ class Corruption(_Strict):
     """Deliberate damage, for lossy controls only: proves the gate detects it, and (the damage dial)
     makes diffuse regressions of a chosen size to calibrate the gate's tolerances against."""
 
-    kv_scale_factor: float | None = Field(None, gt=0, lt=1, description="multiply saved k/v scales by this (clips K/V)")
+    sglang_k_scale: float | None = Field(
+        None, gt=0, description="write this k_scale under the name SGLang loads onto every MLA attention (the "
+                                "fp8kv_badscale control; kv_scales.py): SGLang's trtllm_mla multiplies decode logits by it")
     shared_expert_noise: float | None = Field(
         None, ge=0, le=10, description="the damage dial: add Gaussian noise of this scale, relative to each weight "
                                        "matrix's RMS, to every shared-expert weight (docs/gate.md, 'Damage dial'); "
@@ -58,8 +60,10 @@ class Corruption(_Strict):
 
     @model_validator(mode="after")
     def _some(self) -> Corruption:
-        if self.kv_scale_factor is None and self.shared_expert_noise is None:
-            raise ValueError("corrupt needs kv_scale_factor or shared_expert_noise")
+        if self.sglang_k_scale is None and self.shared_expert_noise is None:
+            raise ValueError("corrupt needs sglang_k_scale or shared_expert_noise")
+        if self.sglang_k_scale == 1.0:
+            raise ValueError("corrupt.sglang_k_scale 1.0 changes nothing (SGLang's default)")
         return self
 
 
@@ -102,8 +106,8 @@ class Recipe(_Strict):
         if self.corrupt is not None and not self.control:
             raise ValueError("'corrupt' is only allowed in a control recipe (control: true)")
         has_kv = any("kv_cache_scheme" in args for args in self.modifiers("target"))
-        if self.corrupt is not None and self.corrupt.kv_scale_factor is not None and not has_kv:
-            raise ValueError("'corrupt.kv_scale_factor' needs a target stage with kv_cache_scheme")
+        if self.corrupt is not None and self.corrupt.sglang_k_scale is not None and not has_kv:
+            raise ValueError("'corrupt.sglang_k_scale' needs a target stage with kv_cache_scheme")
         if has_kv != (self.serving.kv_cache_dtype == "fp8_e4m3"):
             raise ValueError("serving.kv_cache_dtype must be fp8_e4m3 exactly when the target has kv_cache_scheme")
         if self.drafter is not None and not self.serving.requires_drafter:

@@ -30,6 +30,8 @@ class LocalBackend(ServerBackend):
             cmd += ["--max-batch", str(flags["max_batch"])]
         if self.remote_code:
             cmd.append("--trust-remote-code")
+        if flags.get("attention_backend"):
+            cmd += ["--attention-backend", flags["attention_backend"]]
         if flags.get("no_quant"):
             cmd.append("--no-quant")
         if flags.get("no_spec") or flags.get("speculative") is False:

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from qverify.errors import BadInput, read_input_text
 from qverify.models import ServingProfile
+from qverify.quantize.kv_scales import DEFAULT_BACKEND, SGLANG_FP8_PATHS
 from qverify.registry import Registry
 from qverify.serve.sglang_flags import SGLangFlags
 
@@ -39,6 +40,16 @@ class LocalFlags(_Flags):
     no_quant: bool = Field(False, description="switch fake quantization off (logits equal the baseline)")
     no_spec: bool = Field(False, description="ignore the build's drafter")
     speculative: bool | None = Field(None, description="use the drafter (default: when the recipe touches it)")
+    attention_backend: str = Field(
+        DEFAULT_BACKEND, description="the SGLang MLA backend whose FP8-KV numerics the engine emulates (docs/serve.md, "
+                                     "'FP8 KV on SGLang'); trtllm_mla is SGLang's default on B200")
+
+    @field_validator("attention_backend")
+    @classmethod
+    def _emulated(cls, v: str) -> str:
+        if v not in SGLANG_FP8_PATHS:
+            raise ValueError(f"the embedded engine emulates {', '.join(SGLANG_FP8_PATHS)}, not {v!r}")
+        return v
 
 
 class EndpointFlags(_Flags):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 from qverify.errors import BadInput
 from qverify.models import Endpoint
+from qverify.quantize.kv_scales import check_sglang_scales, declared_sglang_k_scale, sglang_scales_in_dir
 from qverify.serve.base import LaunchedServer, ServerBackend, backends, check_port_free, free_port
 from qverify.serve.openai_http import (
     auth_headers,
@@ -34,25 +34,12 @@ from qverify.serve.openai_http import (
     summarize_info,
     with_meta_info,
 )
-from qverify.serve.sglang_flags import sglang_flags
+from qverify.serve.sglang_flags import FIX_PYTHON, check_sglang_imports, sglang_flags, sglang_python
 
-__all__ = ["SGLangBackend", "drafter_algorithm", "kv_cache_dtype", "spec_meta", "with_meta_info"]
+__all__ = ["SGLangBackend", "drafter_algorithm", "kv_cache_dtype", "sglang_python", "spec_meta", "with_meta_info"]
 
 _SECRET = "__QVERIFY_API_KEY__"  # stands in for the key until the real launch
 _KV_NAMES = {"fp8_e4m3", "fp8_e5m2", "mxfp8", "nvfp4", "fp4_mx_block16"}  # SGLang's non-default KV dtypes
-
-
-def sglang_python(configured: str | None) -> str:
-    """The interpreter that has SGLang: it needs torch 2.14.1 / transformers 5.19, so it lives in its own
-    virtualenv (scripts/setup_sglang.sh -> .venv-sglang) rather than qverify's."""
-    import os
-
-    if configured:
-        return configured
-    if os.environ.get("QVERIFY_SGLANG_PYTHON"):
-        return os.environ["QVERIFY_SGLANG_PYTHON"]
-    local = Path(".venv-sglang/bin/python")
-    return str(local.resolve()) if local.is_file() else sys.executable
 
 
 def kv_cache_dtype(serving: dict[str, Any], manifest_kv: str | None) -> str | None:
@@ -251,6 +238,9 @@ class SGLangBackend(ServerBackend):
 
     def start(self) -> Endpoint:
         self.api_key = read_api_key(self.profile.api_key_env)
+        check_sglang_scales(sglang_scales_in_dir(self.build_dir), self.served_name, declared_sglang_k_scale(self.build_dir))
+        if not self.profile.command_prefix:  # (a launcher prefix runs it on other nodes: nothing to check here)
+            check_sglang_imports(sglang_python(self.flags.python))
         if self.port is not None and not self.profile.command_prefix:
             check_port_free(self.port, self.bind_host)
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -262,8 +252,7 @@ class SGLangBackend(ServerBackend):
                 server.start()
             except OSError as e:
                 self.stop()
-                raise BadInput(f"cannot launch {argv[0]}: {e.strerror}",
-                               fix="run scripts/setup_sglang.sh (makes .venv-sglang), or set flags.python / $QVERIFY_SGLANG_PYTHON") from None
+                raise BadInput(f"cannot launch {argv[0]}: {e.strerror}", fix=FIX_PYTHON) from None
             self.servers.append(server)
         self.endpoint = Endpoint(base_url=f"{self.root_url}/v1", model=self.served_name, api_key=self.api_key or "EMPTY")
         return self.endpoint
@@ -272,8 +261,9 @@ class SGLangBackend(ServerBackend):
     def log_path(self) -> Path | None:
         return self.servers[0].log_path if self.servers else None
 
-    def wait_ready(self, timeout: float = 1200.0) -> None:
-        # weights load and CUDA graphs capture before /health_generate answers: minutes on a large model
+    def wait_ready(self, timeout: float | None = None) -> None:
+        # weights load and CUDA graphs capture before /health_generate answers: the profile's ready_timeout_s
+        timeout = self.flags.ready_timeout_s if timeout is None else timeout
         self.servers[0].wait_http(f"{self.root_url}/health_generate", timeout, headers=auth_headers(self.api_key))
 
     def info(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The SGLang flags model: which SGLang 0.5.23 server arguments a serving profile may set, and their checks.
+"""The SGLang flags model: which SGLang 0.5.23 server arguments a serving profile may set, and their checks; and
+which interpreter runs SGLang (`sglang_python`, checked before a launch by `check_sglang_imports`).
 
 Field names are SGLang's own (`mem_fraction_static` is `--mem-fraction-static`); extra="forbid" makes a
 misspelt option fail when the profile loads instead of reaching the server.
@@ -6,8 +7,12 @@ misspelt option fail when the profile loads instead of reaching the server.
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from qverify.errors import BadInput
 from qverify.models import ServingProfile
 
 
@@ -16,8 +21,13 @@ class SGLangFlags(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    python: str | None = Field(None, description="SGLang's interpreter (default: $QVERIFY_SGLANG_PYTHON, else "
-                               "./.venv-sglang/bin/python made by scripts/setup_sglang.sh, else this one)")
+    python: str | None = Field(None, description="SGLang's interpreter (default: $QVERIFY_SGLANG_PYTHON, else the "
+                               "repository's .venv-sglang/bin/python made by scripts/setup_sglang.sh); refused at "
+                               "launch when sglang does not import there")
+    # qverify's, not SGLang's: how long to wait for /health_generate. A cold 1T-parameter start reads ~590 GB of
+    # weights (about 10 min at 1 GB/s per node), then captures CUDA graphs and autotunes trtllm kernels for the target
+    # and the EAGLE3 drafter; 20 min was the old default and may be short, so 1 h
+    ready_timeout_s: float = Field(3600.0, gt=0, description="seconds to wait for readiness (qverify serve --ready-timeout overrides)")
     trust_remote_code: bool = Field(False, description="--trust-remote-code, when the user also allows it (qverify's "
                                                     "--trust-remote-code or qverify.toml)")
     host: str | None = Field(None, description="bind address (default: the backend's host, 127.0.0.1)")
@@ -63,3 +73,32 @@ class SGLangFlags(BaseModel):
 
 def sglang_flags(profile: ServingProfile) -> SGLangFlags:
     return SGLangFlags.model_validate(profile.flags)
+
+
+# where scripts/setup_sglang.sh makes SGLang's virtualenv: next to qverify's source tree, wherever qverify runs from
+SGLANG_VENV_PYTHON = Path(__file__).resolve().parents[2] / ".venv-sglang" / "bin" / "python"
+FIX_PYTHON = "run scripts/setup_sglang.sh (makes .venv-sglang), or set the profile's flags.python or $QVERIFY_SGLANG_PYTHON"
+
+
+def sglang_python(configured: str | None) -> str:
+    """The interpreter that has SGLang: it needs torch 2.14.1 / transformers 5.19, so it lives in its own
+    virtualenv rather than qverify's. The profile's flags.python, else $QVERIFY_SGLANG_PYTHON, else the repository's
+    .venv-sglang (not the current directory's, and never qverify's own interpreter, which has no sglang)."""
+    import os
+
+    return configured or os.environ.get("QVERIFY_SGLANG_PYTHON") or str(SGLANG_VENV_PYTHON)
+
+
+def check_sglang_imports(python: str, timeout_s: float = 600.0) -> None:
+    """Refuse, before a launch that would fail minutes later, an interpreter that is missing or has no sglang.
+    (`import sglang` takes seconds to a minute on a busy machine: it is run once per launch.)"""
+    try:
+        r = subprocess.run([python, "-c", "import sglang"], capture_output=True, text=True, timeout=timeout_s,
+                           stdin=subprocess.DEVNULL, check=False)
+    except OSError as e:
+        raise BadInput(f"SGLang's interpreter {python} cannot run: {e.strerror}", fix=FIX_PYTHON) from None
+    except subprocess.TimeoutExpired:
+        raise BadInput(f"`{python} -c 'import sglang'` did not finish in {timeout_s:.0f}s", fix=FIX_PYTHON) from None
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
+        raise BadInput(f"sglang does not import with {python}: {last}", fix=FIX_PYTHON)

@@ -128,17 +128,24 @@ def test_nvfp4_all_quantizes_every_linear_but_lm_head(built):
     assert any(".experts.0.gate_proj.weight_packed" in k for k in keys) and "lm_head.weight" in keys
 
 
-def test_badscale_is_fp8kv_with_scales_shrunk(built):
+def test_badscale_is_fp8kv_plus_a_scale_sglang_loads(built):
+    """fp8kv carries no SGLang-visible MLA scale (SGLang casts its latent with scale 1); the control adds exactly its
+    declared one, and both keep the same calibrated pair under compressed-tensors' names (which SGLang skips)."""
     import torch
 
-    def scales(name):
-        with safe_open(built(name).build_dir / "model.safetensors", "pt") as f:
-            return {k: f.get_tensor(k) for k in f.keys() if k.endswith(("k_scale", "v_scale"))}  # noqa: SIM118 (not a dict)
+    from qverify.quantize.kv_scales import sglang_kv_scale_name, sglang_scales_in_dir
 
-    good, bad = scales("fp8kv"), scales("fp8kv_badscale")
-    assert set(good) == set(bad)
-    for k in good:  # same calibration, x0.25 is exact in bf16
-        assert torch.equal(bad[k], good[k] * 0.25), k
+    def pair(name):
+        with safe_open(built(name).build_dir / "model.safetensors", "pt") as f:
+            return {k: f.get_tensor(k) for k in f.keys() if k.endswith(("self_attn.k_scale", "self_attn.v_scale"))}  # noqa: SIM118
+
+    good, bad = pair("fp8kv"), pair("fp8kv_badscale")
+    assert set(good) == set(bad) and all(torch.equal(good[k], bad[k]) for k in good)
+    assert sglang_scales_in_dir(built("fp8kv").build_dir) == {}
+    layers = len(good) // 2
+    assert sglang_scales_in_dir(built("fp8kv_badscale").build_dir) == {sglang_kv_scale_name(i): 0.25 for i in range(layers)}
+    assert built("fp8kv").manifest.kv_scales["sglang_k_scale"] == 1.0
+    assert built("fp8kv_badscale").manifest.kv_scales["sglang_k_scale"] == 0.25
 
 
 def test_same_inputs_same_id_and_reuse(built, tiny_model, workdir):

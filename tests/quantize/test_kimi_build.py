@@ -94,31 +94,31 @@ def test_verify_build_passes_and_reloads_int4(kimi_built, recipe):
         assert report.drafter_load == "transformers"
 
 
-def test_sglang_kv_scale_written_and_checked(kimi_built):
-    from safetensors import safe_open
-
-    from qverify.quantize.kv_scales import SGLANG_SCALES_SHARD, sglang_kv_scale_name
-    from qverify.quantize.loader import verify_build
-    from qverify.quantize.manifest import IntegrityError
-
-    d = kimi_built("fp8kv_nvfp4shared").build_dir
-    with safe_open(d / SGLANG_SCALES_SHARD, "pt") as f:
-        assert sorted(f.keys()) == [sglang_kv_scale_name(i) for i in range(3)]
-    # A production scale that disagrees with its pair is refused (the build would serve other numerics on SGLang).
+@pytest.mark.parametrize("value, refused", [(1.0, False), (0.0113, True), (0.25, True)])
+def test_an_sglang_visible_mla_scale_other_than_one_is_refused(kimi_built, tmp_path, value, refused):
+    """The production candidate carries no SGLang-visible MLA scale; one added by hand loads only if it is 1.0
+    (SGLang's trtllm_mla would multiply decode logits by anything else). Exit code 4, with the fix."""
     import shutil
 
-    from safetensors.torch import load_file, save_file
+    import torch
 
-    bad = d.parent / "tampered"
-    shutil.copytree(d, bad)
-    t = load_file(bad / SGLANG_SCALES_SHARD)
-    t[sglang_kv_scale_name(1)] = t[sglang_kv_scale_name(1)] * 2
-    save_file(t, bad / SGLANG_SCALES_SHARD)
+    from qverify.errors import ExitCode
     from qverify.quantize.checkpoint import load_checkpoint
+    from qverify.quantize.kv_scales import sglang_kv_scale_name, sglang_scales_in_dir
+    from qverify.quantize.manifest import IntegrityError
+    from qverify.quantize.shards import add_shard
 
-    with pytest.raises(IntegrityError, match="compressed-tensors pair"):
-        load_checkpoint(bad)
-    assert verify_build(d, trust_remote_code=True).ok
+    d = kimi_built("fp8kv_nvfp4shared").build_dir
+    assert sglang_scales_in_dir(d) == {}
+    tampered = tmp_path / "tampered"
+    shutil.copytree(d, tampered)
+    add_shard(tampered, "extra.safetensors", {sglang_kv_scale_name(1): torch.tensor(value, dtype=torch.bfloat16)})
+    if not refused:
+        assert load_checkpoint(tampered)[1].sglang_kv_scales == 1
+        return
+    with pytest.raises(IntegrityError, match="trtllm_mla") as e:
+        load_checkpoint(tampered)
+    assert e.value.exit_code == ExitCode.BAD_INPUT and "rebuild" in e.value.fix
 
 
 def test_verification_streams_shard_by_shard(kimi_built, monkeypatch):

@@ -72,13 +72,6 @@ def test_toggle_on_weight_quantized_build_removes_activation_rounding(loaded, pr
     assert not torch.equal(on, off) and torch.equal(_logits(lb.model, probe_ids), on)
 
 
-def test_shrunk_kv_scales_do_more_damage(loaded, probe_ids, baseline):
-    def damage(recipe):
-        return (_logits(loaded(recipe).model, probe_ids) - baseline).abs().mean().item()
-
-    assert damage("fp8kv_badscale") > 2 * damage("fp8kv")
-
-
 @pytest.mark.parametrize("recipe", ["fp8kv", "nvfp4shared", "fp8kv_nvfp4shared"])
 def test_routed_experts_are_the_source_weights(loaded, source_model, recipe):
     model = loaded(recipe).model

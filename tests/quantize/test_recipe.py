@@ -20,7 +20,7 @@ def test_builtins_validate_and_declare_serving():
     assert recipes["fp8drafter"].target is None and recipes["fp8drafter"].drafter is not None
     assert recipes["bf16"].target is None and recipes["bf16"].drafter is None
     assert {n for n, r in recipes.items() if r.control} >= {"nvfp4_all", "fp8kv_badscale"}
-    assert recipes["fp8kv_badscale"].corrupt.kv_scale_factor < 1
+    assert recipes["fp8kv_badscale"].corrupt.sglang_k_scale not in (None, 1.0)
     kv = recipes["fp8kv"].modifiers("target")[0]["kv_cache_scheme"]
     assert kv["observer"] == "static_minmax" and kv["type"] == "float" and kv["num_bits"] == 8
     assert recipes["nvfp4shared"].modifiers("target")[0]["targets"] == ["re:.*shared_experts.*"]
@@ -95,11 +95,11 @@ def test_missing_recipe_file(tmp_path):
 
 def test_damage_dial_is_a_validated_control_field(tmp_path):
     dial = load_recipe("noise_shared").recipe
-    assert dial.control and dial.corrupt.shared_expert_noise == 0.5 and dial.corrupt.kv_scale_factor is None
+    assert dial.control and dial.corrupt.shared_expert_noise == 0.5 and dial.corrupt.sglang_k_scale is None
     text = load_recipe("noise_shared").text
     for bad, match in ((text.replace("seed: 0", "sead: 0"), "unknown key 'corrupt.sead'"),
                        (text.replace("shared_expert_noise: 0.5", "shared_expert_noise: -1"), "shared_expert_noise"),
-                       (text.replace("  shared_expert_noise: 0.5\n", ""), "kv_scale_factor or shared_expert_noise")):
+                       (text.replace("  shared_expert_noise: 0.5\n", ""), "sglang_k_scale or shared_expert_noise")):
         p = tmp_path / "dial.yaml"
         p.write_text(bad)
         with pytest.raises(BadInput, match=match):

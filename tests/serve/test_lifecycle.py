@@ -151,7 +151,8 @@ def stand_in(tmp_path: Path) -> Path:
     """An executable that takes `-m sglang.launch_server ARGS` and runs the stand-in server."""
     (tmp_path / "stand_in.py").write_text(STAND_IN)
     exe = tmp_path / "python-sglang"
-    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{tmp_path / "stand_in.py"}" "$@"\n')
+    # `-c 'import sglang'` is the launch's import check: the stand-in answers it as an interpreter with sglang does
+    exe.write_text(f'#!/bin/sh\n[ "$1" = "-c" ] && exit 0\nexec "{sys.executable}" "{tmp_path / "stand_in.py"}" "$@"\n')
     exe.chmod(0o755)
     return exe
 
@@ -271,3 +272,57 @@ def test_cli_reports_a_server_that_dies_mid_run(tmp_path, stand_in):
              env={"QV_TEST_KEY": KEY, "FAKE_DIE_AFTER": "4"})
     assert r.returncode == 3, r.stderr
     assert "stopped answering" in r.stderr and "loading line 59" in r.stderr
+
+
+def test_sglang_interpreter_is_the_repositorys_venv_whatever_the_cwd(tmp_path, monkeypatch):
+    from qverify.serve.sglang_flags import SGLANG_VENV_PYTHON, sglang_python
+
+    monkeypatch.delenv("QVERIFY_SGLANG_PYTHON", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert sglang_python(None) == str(SGLANG_VENV_PYTHON) == str(REPO / ".venv-sglang" / "bin" / "python")
+    assert sglang_python(None) != sys.executable  # never qverify's own interpreter (no sglang there)
+    monkeypatch.setenv("QVERIFY_SGLANG_PYTHON", "/opt/sglang/bin/python")
+    assert sglang_python(None) == "/opt/sglang/bin/python" and sglang_python("/x/python") == "/x/python"
+
+
+@pytest.mark.parametrize("python", ["no-sglang", "missing"])
+def test_an_interpreter_without_sglang_is_refused_before_launch(tmp_path, monkeypatch, python):
+    monkeypatch.setenv("QV_TEST_KEY", KEY)
+    exe = tmp_path / "python-plain"
+    if python == "no-sglang":  # what a Python without sglang prints for `-c 'import sglang'`
+        exe.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'sglang'\" >&2\nexit 1\n")
+        exe.chmod(0o755)
+    b = sglang_backend(tmp_path, exe)
+    with pytest.raises(BadInput) as e:
+        b.start()
+    assert not b.servers and e.value.exit_code == 4 and "setup_sglang.sh" in e.value.fix
+    assert ("No module named 'sglang'" if python == "no-sglang" else "cannot run") in str(e.value)
+
+
+def test_readiness_timeout_comes_from_the_profile(tmp_path, stand_in, monkeypatch):
+    from qverify.serve.sglang_flags import SGLangFlags
+
+    assert SGLangFlags().ready_timeout_s >= 3600  # a cold 1T start: ~590 GB of weights, graphs, autotuning
+    monkeypatch.setenv("QV_TEST_KEY", KEY)
+    monkeypatch.setenv("FAKE_MODE", "never")
+    prof = parse_profile(f"backend: sglang\napi_key_env: QV_TEST_KEY\nflags: {{python: '{stand_in}', ready_timeout_s: 2}}")
+    d = make_build(tmp_path)
+    b = get_backend("sglang")(d, BuildManifest.model_validate_json((d / "build.json").read_text()), prof, tmp_path / "logs")
+    b.start()
+    try:
+        with pytest.raises(InfraError, match="not ready after 2s"):
+            b.wait_ready()
+    finally:
+        b.stop()
+
+
+def test_a_build_with_an_sglang_visible_mla_scale_is_refused_before_launch(tmp_path, stand_in, monkeypatch):
+    import torch
+    from safetensors.torch import save_file
+
+    monkeypatch.setenv("QV_TEST_KEY", KEY)
+    b = sglang_backend(tmp_path, stand_in)
+    save_file({"model.layers.0.self_attn.k_proj.k_scale": torch.tensor(0.0113)}, b.build_dir / "kv.safetensors")
+    with pytest.raises(BadInput, match=r"\(trtllm_mla\) multiplies every decode attention logit") as e:
+        b.start()
+    assert not b.servers and e.value.exit_code == 4

@@ -21,7 +21,9 @@ H: dict[str, str] = {}  # the server's per-launch key, as every request must car
 @pytest.fixture(scope="module")
 def server(parrot_dir, tmp_path_factory):
     logs = tmp_path_factory.mktemp("logs")
-    backend = LocalBackend(parrot_dir, None, ServingProfile(flags={"speculative": False}), logs)
+    # a non-default attention backend, so the flag's way from the profile to the engine is tested (server_info)
+    backend = LocalBackend(parrot_dir, None, ServingProfile(flags={"speculative": False, "attention_backend": "flashinfer"}),
+                           logs)
     with backend as ep:
         H.update(backend.headers)
         yield backend, ep
@@ -219,3 +221,14 @@ def test_clean_shutdown_leaves_no_process(parrot_dir, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))  # the port is free again
 
+
+def test_the_profiles_attention_backend_reaches_the_engine(server):
+    """The local profile's attention_backend decides whose FP8-KV numerics the engine emulates (kv_fp8.py)."""
+    from qverify.errors import BadInput
+    from qverify.serve.profile import load_profile, parse_profile
+
+    backend, _ = server
+    assert httpx.get(f"{backend.root_url}/server_info").json()["attention_backend"] == "flashinfer"
+    assert load_profile("local").flags["attention_backend"] == "trtllm_mla"  # SGLang's B200 default
+    with pytest.raises(BadInput, match="emulates trtllm_mla, cutedsl_mla, flashinfer, not 'fa3'"):
+        parse_profile("backend: local\nflags: {attention_backend: fa3}")

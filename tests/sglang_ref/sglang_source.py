@@ -64,3 +64,27 @@ def kv_cache_process_weights():
     fn = function_source("sglang.srt.layers.quantization.kv_cache", "BaseKVCacheMethod.process_weights_after_loading")
     fn.decorator_list = []
     return ast.unparse(fn)
+
+
+def module_function(module: str, name: str, scope: dict):
+    """A module-level function of SGLang's, compiled from its installed source into `scope` (the names it uses
+    from its module: the caller supplies them, so a new dependency fails loudly as a NameError)."""
+    tree = ast.parse(sglang_file(module).read_text())
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if fn is None:
+        raise LookupError(f"{name} not found in {module}")
+    return _compile(fn, module, scope)
+
+
+def method(module: str, qualname: str, scope: dict):
+    """A class's method as a plain function (self first), compiled from SGLang's installed source into `scope`."""
+    return _compile(function_source(module, qualname), module, scope)
+
+
+def _compile(fn: ast.FunctionDef, module: str, scope: dict):
+    fn.decorator_list = []
+    fn.returns = None  # annotations may name types the scope does not hold
+    for a in [*fn.args.args, *fn.args.kwonlyargs]:
+        a.annotation = None
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(sglang_file(module)), "exec"), scope)  # noqa: S102 -- SGLang's own code, cut from its installed source
+    return scope[fn.name]

@@ -77,11 +77,13 @@ class _Seq:
 class Engine:
     def __init__(self, model, tokenizer, drafter=None, max_batch: int = 256, spec_tokens: int = 4,
                  fp8_kv: bool = False, scale_mode: str = "production", sglang_scales: dict[int, float] | None = None,
-                 prefill_tokens: int = 4096):
+                 prefill_tokens: int = 4096, attention_backend: str = "trtllm_mla"):
         self.tok = tokenizer
         self.model, self.drafter = model, drafter
-        self.runner = ModelRunner(model, max_batch, fp8_kv, scale_mode, sglang_scales)
-        self.draft = ModelRunner(drafter, max_batch, fp8_kv, scale_mode) if drafter is not None else None
+        # attention_backend: whose FP8-KV numerics to emulate (kv_fp8.py; the serving profile's, default trtllm_mla)
+        self.runner = ModelRunner(model, max_batch, fp8_kv, scale_mode, sglang_scales, attention_backend=attention_backend)
+        self.draft = (ModelRunner(drafter, max_batch, fp8_kv, scale_mode, attention_backend=attention_backend)
+                      if drafter is not None else None)
         self.max_batch, self.spec_tokens, self.prefill_tokens = max_batch, spec_tokens, prefill_tokens
         self.eos_id = tokenizer.eos_token_id
         self.vocab = model.config.vocab_size

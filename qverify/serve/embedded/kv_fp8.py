@@ -1,29 +1,56 @@
-"""FP8 e4m3 latent KV as production stores it: one scale per layer over the whole 576-value latent.
+"""FP8 e4m3 latent KV as SGLang 0.5.23's MLA backends compute it (docs/serve.md, "FP8 KV on SGLang", has the table
+with the SGLang functions each line comes from).
 
-SGLang 0.5.23's MLA backends quantize the cached latent (512 compressed KV after kv_a_layernorm, then the 64-value
-rope key after rope) with ONE per-layer scale, the one its DeepSeek loader maps from `sglang_kv_scale_name(layer)`,
-and 1.0 when none was loaded (qverify/quantize/kv_scales.py has the contract and its sources). So the engine uses,
-per layer: that tensor when the build carries it; else `production_kv_scale(k_scale, v_scale)` from
-compressed-tensors' pair (what a build made for SGLang carries under that name); else 1.0.
+What every backend shares: the cached latent (512 compressed KV after kv_a_layernorm, then the 64-value rope key
+after rope) is a plain cast to FP8 with scale 1 (`MLATokenToKVPool._write_mla_kv_buffer`,
+`mla_quantize_without_rope_for_fp8`), and a prompt's own prefill attention uses the unrounded values (MHA over
+kv_b_proj of the fresh latent). Where the backends differ, the engine follows `attention_backend`:
+- trtllm_mla (the SM100 default for DeepSeek/Kimi) and cutedsl_mla (its subclass): the absorbed decode/verify query
+  is cast to FP8 too; decode/verify logits are multiplied by the k_scale SGLang loaded
+  (`_compute_decode_bmm1_scale`: 1.0 unless the build carries an SGLang-visible scale, which only the badscale
+  control does); prefill casts its MHA q, k, v to FP8 with attn_mha's scale 1 (`_quantize_fp8_qkv`);
+- flashinfer: the cache is read back to bf16 unscaled (`get_key_buffer(...).to(q.dtype)`), query and prefill stay
+  in the model dtype, no scale is read.
+Other backends (fa3, triton) are not emulated for FP8 KV: the engine refuses them rather than guess.
 
-`mode="compressed-tensors"` applies compressed-tensors' own pair instead (k_scale on the 512 latent, v_scale on the
-64 rope key), which is what HF + compressed-tensors computes: tests use it to hold the rest of the FP8 path to
-compressed-tensors' forward.
+`mode="compressed-tensors"` applies compressed-tensors' pair instead (k_scale on the 512 latent, v_scale on the 64
+rope key, prefill over the rounded latent: HF + compressed-tensors' QuantizedKVCache); tests use it to hold the rest
+of the FP8 path to compressed-tensors' forward.
 
-Values are rounded through float8_e4m3fn (clamped to +-448) and kept in fp32: the CPU has no fp8 matmul, so storing
-bytes would mean a dequantize of the whole cache per step, for the very same values.
+Values are rounded through float8_e4m3fn (clamped to +-448; SGLang's plain `.to()` would give NaN beyond) and kept
+in fp32: the CPU has no fp8 matmul, so storing bytes would mean a dequantize of the whole cache per step.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import torch
 
-from qverify.quantize.kv_scales import FP8_E4M3_MAX, production_kv_scale, sglang_kv_scale_name
+from qverify.errors import BadInput
+from qverify.quantize.kv_scales import (
+    DEFAULT_BACKEND,
+    FP8_E4M3_MAX,
+    SGLANG_FP8_PATHS,
+    sglang_scale_layer,
+    sglang_scales_in_dir,
+)
 
 ScaleMode = Literal["production", "compressed-tensors"]
+
+
+
+@dataclass(frozen=True)
+class LayerFp8:
+    """How one layer computes with its FP8 latent cache."""
+
+    cache_scale: torch.Tensor  # [C + dr] per-value scale of the cache write (ones on SGLang)
+    prefill_from_cache: bool = False  # prefill expands the rounded latent (compressed-tensors) instead of the fresh one
+    prefill_fp8: bool = False  # prefill's MHA q, k, v rounded through FP8 (scale 1)
+    query_fp8: bool = False  # decode/verify absorbed query rounded through FP8 (scale 1)
+    logit_scale: float = 1.0  # decode/verify attention logits multiplied by this (trtllm_mla's k_scale)
 
 
 def fp8_roundtrip(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -39,18 +66,27 @@ def fp8_roundtrip(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.to(x.dtype) * scale
 
 
-def sglang_scales_in_checkpoint(build_dir: Path | str, n_layers: int) -> dict[int, float]:
-    """The per-layer scales stored under SGLang's name in a build's safetensors (empty when the build has none)."""
-    from safetensors import safe_open
+def fp8_cast(x: torch.Tensor) -> torch.Tensor:
+    """A scale-1 FP8 round trip of any contiguous fp32 tensor over its last dim (SGLang's `.to(float8_e4m3fn)`)."""
+    w = x.shape[-1]
+    return fp8_roundtrip(x.reshape(-1, w), torch.ones(w)).view(x.shape)
 
-    wanted = {sglang_kv_scale_name(i): i for i in range(n_layers)}
+
+def sglang_k_scales(build_dir: Path | str) -> dict[int, float]:
+    """Per layer, the k_scale SGLang would use from the build's SGLang-visible tensors (none: empty). As
+    BaseKVCacheMethod.process_weights_after_loading: k when loaded, else the v it duplicates."""
+    found = sglang_scales_in_dir(build_dir)
     out: dict[int, float] = {}
-    for f in sorted(Path(build_dir).glob("*.safetensors")):
-        with safe_open(str(f), framework="pt") as st:
-            for k in st.keys():  # noqa: SIM118 - a safe_open handle, not a dict
-                if k in wanted:
-                    out[wanted[k]] = float(st.get_tensor(k).float().reshape(-1)[0])
+    for name, value in sorted(found.items(), key=lambda kv: "k_scale" in kv[0]):  # k names last: they win
+        if ".attn_mha." not in name:
+            out[sglang_scale_layer(name)] = value
     return out
+
+
+def check_backend(backend: str) -> None:
+    if backend not in SGLANG_FP8_PATHS:
+        raise BadInput(f"the embedded engine does not emulate SGLang's {backend!r} FP8 KV path",
+                       fix=f"use one of {', '.join(SGLANG_FP8_PATHS)} (docs/serve.md, 'FP8 KV on SGLang')")
 
 
 def _param(module: torch.nn.Module, name: str) -> float | None:
@@ -58,17 +94,17 @@ def _param(module: torch.nn.Module, name: str) -> float | None:
     return float(t.detach().float().reshape(-1)[0]) if isinstance(t, torch.Tensor) else None
 
 
-def latent_scale(attn: torch.nn.Module, layer: int, kv_lora_rank: int, rope_dim: int, mode: ScaleMode = "production",
-                 sglang_scales: dict[int, float] | None = None) -> torch.Tensor:
-    """The scale applied to each of the layer's latent values, shape [kv_lora_rank + rope_dim] (fp32)."""
-    k, v = _param(attn, "k_scale"), _param(attn, "v_scale")
+def layer_fp8(attn: torch.nn.Module, layer: int, mode: ScaleMode = "production", backend: str = DEFAULT_BACKEND,
+              sglang_scales: dict[int, float] | None = None) -> LayerFp8:
+    C, dr = attn.kv_lora_rank, attn.qk_rope_head_dim
     if mode == "compressed-tensors":
-        return torch.cat([torch.full((kv_lora_rank,), k if k is not None else 1.0),
-                          torch.full((rope_dim,), v if v is not None else 1.0)])
-    s = (sglang_scales or {}).get(layer)
-    if s is None:
-        s = production_kv_scale(k, v)
-    return torch.full((kv_lora_rank + rope_dim,), s)
+        k, v = _param(attn, "k_scale"), _param(attn, "v_scale")
+        scale = torch.cat([torch.full((C,), k if k is not None else 1.0), torch.full((dr,), v if v is not None else 1.0)])
+        return LayerFp8(scale, prefill_from_cache=True)
+    check_backend(backend)
+    query_fp8, prefill_fp8, reads_k_scale = SGLANG_FP8_PATHS[backend]
+    k_scale = (sglang_scales or {}).get(layer, 1.0) if reads_k_scale else 1.0
+    return LayerFp8(torch.ones(C + dr), prefill_fp8=prefill_fp8, query_fp8=query_fp8, logit_scale=k_scale)
 
 
 def kv_quant_enabled(attn: torch.nn.Module) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import rotate_half
 
-from qverify.serve.embedded.kv_fp8 import fp8_roundtrip
+from qverify.serve.embedded.kv_fp8 import LayerFp8, fp8_cast, fp8_roundtrip
 from qverify.serve.embedded.mqa_kernel import causal_prefill, rope_qk
 
 
@@ -51,7 +51,8 @@ class Projected:
 
     q_nope: torch.Tensor  # [N, H, qk_nope]
     q_rot: torch.Tensor  # [N, H, rope]
-    latent: torch.Tensor  # [N, kv_lora + rope], as cached (FP8-rounded when the cache is FP8)
+    latent: torch.Tensor  # [N, kv_lora + rope], fresh (what SGLang's prefill expands)
+    cached: torch.Tensor  # the same rows as cached (FP8-rounded when the cache is FP8, else `latent` itself)
 
 
 def rms_norm_into(norm: torch.nn.Module, x: torch.Tensor, out: torch.Tensor) -> None:
@@ -129,13 +130,16 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
 class MLALayer:
     """One decoder layer's attention: calls the loaded module's Linear layers; attends over the latent cache."""
 
-    def __init__(self, attn: torch.nn.Module, config, kv_scale: torch.Tensor | None):
+    def __init__(self, attn: torch.nn.Module, config, fp8: LayerFp8 | None = None):
         self.attn = attn
         self.rope_interleave = bool(getattr(config, "rope_interleave", False))
         self.H, self.dn, self.dr = attn.num_heads, attn.qk_nope_head_dim, attn.qk_rope_head_dim
         self.dv, self.C = attn.v_head_dim, attn.kv_lora_rank
         self.scaling = float(attn.scaling)
-        self.kv_scale = kv_scale  # [C + dr] per-value scale, None: no FP8 KV
+        self.fp8 = fp8  # None: no FP8 KV (kv_fp8.py: how SGLang's backend writes and reads it)
+        self.kv_scale = fp8.cache_scale if fp8 is not None else None  # [C + dr] per-value scale of the cache write
+        # decode logits' factor, folded into the query (trtllm_mla's bmm1_scale = k_scale * softmax scale)
+        self.q_mult = self.scaling * (fp8.logit_scale if fp8 is not None else 1.0)
         w = effective_weight(attn.kv_b_proj).view(self.H, self.dn + self.dv, self.C)
         self.w_uk = w[:, : self.dn, :].contiguous()  # [H, dn, C]
         self.w_uv_t = w[:, self.dn:, :].transpose(1, 2).contiguous()  # [H, C, dv]
@@ -158,27 +162,35 @@ class MLALayer:
             rot = rope_rows(torch.cat([q[..., self.dn:], kv[:, None, self.C:]], 1), cos, sin, self.rope_interleave)
             q_rot, latent[:, self.C:] = rot[:, : self.H], rot[:, self.H]
         rms_norm_into(a.kv_a_layernorm, kv[:, : self.C], latent[:, : self.C])
-        if self.kv_scale is not None:
-            latent = fp8_roundtrip(latent, self.kv_scale)
-        return Projected(q[..., : self.dn], q_rot, latent)
+        cached = latent if self.kv_scale is None else fp8_roundtrip(latent, self.kv_scale)
+        return Projected(q[..., : self.dn], q_rot, latent, cached)
 
     def prefill(self, p: Projected) -> torch.Tensor:
-        """Causal MHA over one prompt's own tokens: [P, H * dv] (kv_b_proj expands the prompt's latent once)."""
-        n, H, dn = p.latent.shape[0], self.H, self.dn
-        kv = self.attn.kv_b_proj(p.latent[:, : self.C].unsqueeze(0))[0].view(n, H, dn + self.dv)
+        """Causal MHA over one prompt's own tokens: [P, H * dv] (kv_b_proj expands the prompt's latent once).
+        SGLang expands the fresh latent (its MHA prefill never reads the cache it writes); trtllm_mla then casts
+        q, k, v to FP8 with scale 1 (kv_fp8.py). compressed-tensors' HF forward expands the rounded one."""
+        f = self.fp8
+        latent = p.cached if f is not None and f.prefill_from_cache else p.latent
+        n, H, dn = latent.shape[0], self.H, self.dn
+        kv = self.attn.kv_b_proj(latent[:, : self.C].unsqueeze(0))[0].view(n, H, dn + self.dv)
         # heads first, each contiguous: what the batched GEMMs read
         q = torch.cat([p.q_nope.transpose(0, 1), p.q_rot.transpose(0, 1)], dim=-1)
-        k = torch.cat([kv[..., :dn].transpose(0, 1), p.latent[None, :, self.C:].expand(H, n, self.dr)], dim=-1)
+        k = torch.cat([kv[..., :dn].transpose(0, 1), latent[None, :, self.C:].expand(H, n, self.dr)], dim=-1)
         v = kv[..., dn:].transpose(0, 1).contiguous()
+        if f is not None and f.prefill_fp8 and q.dtype == torch.float32:
+            q, k, v = fp8_cast(q), fp8_cast(k), fp8_cast(v)
         return causal_attention(q, k, v, self.scaling).transpose(0, 1).reshape(n, H * self.dv)
 
     def absorbed_query(self, p: Projected) -> torch.Tensor:
-        """[N, H, C + dr] queries against the latent, softmax scale folded in."""
+        """[N, H, C + dr] queries against the latent, softmax scale (and trtllm_mla's k_scale) folded in; rounded
+        through FP8 first where the backend casts its query (trtllm_mla, cutedsl_mla)."""
         # the product lands in its slice of the result (no cat; the same bits: scaled after, in place)
         q = torch.empty(p.q_nope.shape[0], self.H, self.width)
         torch.bmm(p.q_nope.transpose(0, 1), self.w_uk, out=q[:, :, : self.C].transpose(0, 1))  # [N, H, C]
         q[:, :, self.C:] = p.q_rot
-        return q.mul_(self.scaling)
+        if self.fp8 is not None and self.fp8.query_fp8:
+            q = fp8_cast(q)
+        return q.mul_(self.q_mult)
 
     def output(self, o_lat: torch.Tensor) -> torch.Tensor:
         """[N, H, C] attention output over the latent -> [N, H * dv] (W_uv absorbed on the way out)."""

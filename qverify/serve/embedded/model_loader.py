@@ -18,7 +18,7 @@ class LoadedModel:
     served_name: str
     info: dict[str, Any] = field(default_factory=dict)
     fp8_kv: bool = False  # the build's KV cache is FP8 and quantization is on: the engine rounds the latent
-    sglang_kv_scales: dict[int, float] = field(default_factory=dict)  # per layer, under SGLang's name (kv_scales.py)
+    sglang_kv_scales: dict[int, float] = field(default_factory=dict)  # per layer, the k_scale SGLang would load (kv_fp8.py)
 
 
 def wants_speculative(manifest: dict[str, Any]) -> bool:
@@ -68,8 +68,8 @@ def load_for_serving(path: Path, quantization: bool = True, speculative: bool | 
     fp8_kv = quantization and str(info["kv_cache_dtype"]).startswith("fp8")
     scales = {}
     if fp8_kv:
-        from qverify.serve.embedded.kv_fp8 import sglang_scales_in_checkpoint
+        from qverify.serve.embedded.kv_fp8 import sglang_k_scales
 
-        scales = sglang_scales_in_checkpoint(path, model.config.num_hidden_layers)
+        scales = sglang_k_scales(path)
     return LoadedModel(model=model, tokenizer=tok, drafter=drafter, served_name=manifest.get("build_id") or path.name,
                        info=info, fp8_kv=fp8_kv, sglang_kv_scales=scales)

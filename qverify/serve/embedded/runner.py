@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from qverify.serve.embedded.kv_fp8 import ScaleMode, kv_quant_enabled, latent_scale
+from qverify.serve.embedded.kv_fp8 import DEFAULT_BACKEND, ScaleMode, kv_quant_enabled, layer_fp8
 from qverify.serve.embedded.mla import MLALayer, rope_tables
 from qverify.serve.embedded.moe import moe_forward, plain_fused_experts
 from qverify.serve.embedded.mqa_kernel import fused_decode
@@ -34,17 +34,15 @@ class PromptKV:
 
 class ModelRunner:
     def __init__(self, model, slots: int, fp8_kv: bool = False, scale_mode: ScaleMode = "production",
-                 sglang_scales: dict[int, float] | None = None, cap: int = 128):
+                 sglang_scales: dict[int, float] | None = None, cap: int = 128, attention_backend: str = DEFAULT_BACKEND):
         self.model = model
         self.cfg = model.config
         self.layers = list(model.model.layers)
         self.mla = []
         for i, layer in enumerate(self.layers):
             a = layer.self_attn
-            scale = None
-            if fp8_kv and kv_quant_enabled(a):
-                scale = latent_scale(a, i, a.kv_lora_rank, a.qk_rope_head_dim, scale_mode, sglang_scales)
-            self.mla.append(MLALayer(a, self.cfg, scale))
+            fp8 = layer_fp8(a, i, scale_mode, attention_backend, sglang_scales) if fp8_kv and kv_quant_enabled(a) else None
+            self.mla.append(MLALayer(a, self.cfg, fp8))
         self.batched_moe = [plain_fused_experts(layer.mlp) for layer in self.layers]
         self.width = self.mla[0].width
         self.C = self.mla[0].C
@@ -120,8 +118,8 @@ class ModelRunner:
             outs, start = [], 0
             for kv, n in zip(kvs, lens):
                 sl = slice(start, start + n)
-                kv.rows[li] = p.latent[sl]
-                outs.append(mla.prefill(type(p)(p.q_nope[sl], p.q_rot[sl], p.latent[sl])))
+                kv.rows[li] = p.cached[sl]
+                outs.append(mla.prefill(type(p)(p.q_nope[sl], p.q_rot[sl], p.latent[sl], p.cached[sl])))
                 start += n
             x = self._mlp(li, x, torch.cat(outs))
         return kvs, self._logits(x, logit_rows)
@@ -146,7 +144,7 @@ class ModelRunner:
         x, cos, sin = self._embed(ids.reshape(-1), positions.reshape(-1))
         for li, (layer, mla) in enumerate(zip(self.layers, self.mla)):
             p = mla.project(layer.input_layernorm(x), cos, sin)
-            self.gen[li].view(-1, self.width).index_copy_(0, write, p.latent.to(self.gen.dtype))
+            self.gen[li].view(-1, self.width).index_copy_(0, write, p.cached.to(self.gen.dtype))
             q = mla.absorbed_query(p).view(B, n * H, self.width)
             f = self._plan[1]
             o = fused_decode(q, f.prompts[li], f.prompt_of, self.gen[li, :B, :G], seen, f.order, self.C)

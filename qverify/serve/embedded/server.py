@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
 from qverify.chatfmt import ARG_BEGIN, CALL_BEGIN, SECTION_BEGIN, parse_tool_calls
+from qverify.quantize.kv_scales import DEFAULT_BACKEND, SGLANG_FP8_PATHS
 from qverify.serve.embedded.engine import Engine, GenRequest, GenResult
 from qverify.serve.embedded.model_loader import LoadedModel, load_for_serving
 from qverify.serve.embedded.request import check_request
@@ -72,11 +73,12 @@ def _stops(stop: str | list[str] | None) -> list[str]:
 
 
 def create_app(loaded: LoadedModel, max_batch: int = 256, threads: int = 1,
-               kv_scale_mode: str = "production", api_key: str | None = None) -> FastAPI:
+               kv_scale_mode: str = "production", attention_backend: str = DEFAULT_BACKEND,
+               api_key: str | None = None) -> FastAPI:
     """`api_key`: every request but /health must carry `Authorization: Bearer <key>` (qverify generates one
     per launch, so another local user cannot use, or load, a server it started)."""
     engine = Engine(loaded.model, loaded.tokenizer, loaded.drafter, max_batch=max_batch, fp8_kv=loaded.fp8_kv,
-                    scale_mode=kv_scale_mode, sglang_scales=loaded.sglang_kv_scales)
+                    scale_mode=kv_scale_mode, sglang_scales=loaded.sglang_kv_scales, attention_backend=attention_backend)
     worker = EngineWorker(engine, threads=threads)
     tok = loaded.tokenizer
     app = FastAPI(title="qverify local server")
@@ -131,7 +133,7 @@ def create_app(loaded: LoadedModel, max_batch: int = 256, threads: int = 1,
     async def server_info() -> dict:
         return {**loaded.info, "max_total_num_tokens": engine.max_context, "max_batch": engine.max_batch,
                 "speculative": engine.drafter is not None, "kv_fp8_latent": engine.runner.fp8_kv,
-                "kv_scale_mode": kv_scale_mode, "busy_s": round(worker.busy_s, 3), **engine.stats,
+                "kv_scale_mode": kv_scale_mode, "attention_backend": attention_backend, "busy_s": round(worker.busy_s, 3), **engine.stats,
                 "internal_states": [{"avg_spec_accept_length": engine.avg_accept_length()}]}
 
     @app.post("/v1/chat/completions")
@@ -271,7 +273,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-batch", type=int, default=256, help="most sequences decoding at once")
     ap.add_argument("--kv-scale-mode", choices=["production", "compressed-tensors"], default="production",
-                    help="FP8 latent KV: SGLang's one scale per layer (default) or compressed-tensors' k/v pair")
+                    help="FP8 latent KV: as SGLang computes it (default) or with compressed-tensors' k/v pair")
+    ap.add_argument("--attention-backend", choices=sorted(SGLANG_FP8_PATHS), default=DEFAULT_BACKEND,
+                    help="whose FP8-KV numerics to emulate (SGLang's MLA backend; docs/serve.md)")
     ap.add_argument("--trust-remote-code", action="store_true", help="allow the build's own code (when it needs it)")
     ap.add_argument("--no-quant", action="store_true", help="switch fake quantization off (logits = baseline)")
     spec = ap.add_mutually_exclusive_group()
@@ -287,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     loaded = load_for_serving(args.build, quantization=not args.no_quant, speculative=args.spec, dtype=args.dtype,
                               trust_remote_code=args.trust_remote_code)
     app = create_app(loaded, max_batch=args.max_batch, threads=args.threads, kv_scale_mode=args.kv_scale_mode,
-                     api_key=os.environ.pop(KEY_ENV, None))
+                     attention_backend=args.attention_backend, api_key=os.environ.pop(KEY_ENV, None))
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
 
 
