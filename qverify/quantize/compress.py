@@ -70,8 +70,13 @@ def check_targets(model, recipe, where: str) -> None:
                            fix="drop kv_cache_scheme from the recipe")
 
 
-def quantize(model, stage: dict[str, Any], dataset, seq_len: int, pipeline: str, where: str, processor=None):
-    """Run oneshot in place and return the model (experts linearized, quantization applied)."""
+def quantize(model, stage: dict[str, Any], dataset, seq_len: int, pipeline: str, where: str, processor=None,
+             all_experts: bool = True):
+    """Run oneshot in place and return the model (experts linearized, quantization applied).
+
+    `all_experts=False` routes each calibration token only to the experts its router picks (llm-compressor's
+    `moe_calibrate_all_experts`, default True, runs every expert on every token): right when the recipe leaves the
+    routed experts alone, since nothing it calibrates reads their inputs, and the forward then matches serving."""
     from llmcompressor import oneshot
     from llmcompressor.modeling.moe.linearize import linearize_moe
 
@@ -86,6 +91,7 @@ def quantize(model, stage: dict[str, Any], dataset, seq_len: int, pipeline: str,
     extra = {"sequential_targets": list(getattr(model, "_no_split_modules", None) or [])} if pipeline == "sequential" else {}
     oneshot(model=model, recipe=recipe, dataset=dataset, num_calibration_samples=len(dataset),
             max_seq_length=seq_len, shuffle_calibration_samples=False, pipeline=pipeline,
+            moe_calibrate_all_experts=all_experts,
             # given explicitly: llm-compressor would otherwise load it from the model path without trust_remote_code
             **({"processor": processor} if processor is not None else {}), **extra)
     return model

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import re
 
-_SGLANG_NAME = re.compile(r"^model\.layers\.(\d+)\.self_attn\.k_proj\.k_scale$")
-_CT_NAME = re.compile(r"^model\.layers\.(\d+)\.self_attn\.([kv])_scale$")
+# A wrapper checkpoint (kimi_k25) names its text model `language_model.model.layers.*`: the prefix is kept as is
+# (SGLang's kimi_k25.py strips it before its DeepSeek loader renames the scale).
+_SGLANG_NAME = re.compile(r"^((?:language_model\.)?)model\.layers\.(\d+)\.self_attn\.k_proj\.k_scale$")
+_CT_NAME = re.compile(r"^((?:language_model\.)?)model\.layers\.(\d+)\.self_attn\.([kv])_scale$")
 
 FP8_E4M3_MAX = 448.0
 
@@ -32,9 +34,9 @@ def ct_kv_scale_names(layer: int) -> tuple[str, str]:
     return (f"model.layers.{layer}.self_attn.k_scale", f"model.layers.{layer}.self_attn.v_scale")
 
 
-def sglang_kv_scale_name(layer: int) -> str:
+def sglang_kv_scale_name(layer: int, prefix: str = "") -> str:
     """The tensor name SGLang 0.5.23's DeepSeek loader maps onto the MLA attention's single KV scale."""
-    return f"model.layers.{layer}.self_attn.k_proj.k_scale"
+    return f"{prefix}model.layers.{layer}.self_attn.k_proj.k_scale"
 
 
 def production_kv_scale(k_scale: float | None, v_scale: float | None) -> float:
@@ -49,11 +51,12 @@ def is_sglang_kv_scale(name: str) -> bool:
 
 def production_scales(ct_scales: dict[str, float]) -> dict[str, float]:
     """{SGLang name: one scale} from compressed-tensors' {name: scale} pairs (any extra names ignored)."""
-    pairs: dict[int, dict[str, float]] = {}
+    pairs: dict[tuple[str, int], dict[str, float]] = {}
     for name, value in ct_scales.items():
         if m := _CT_NAME.match(name):
-            pairs.setdefault(int(m[1]), {})[m[2]] = float(value)
-    return {sglang_kv_scale_name(i): production_kv_scale(p.get("k"), p.get("v")) for i, p in sorted(pairs.items())}
+            pairs.setdefault((m[1], int(m[2])), {})[m[3]] = float(value)
+    return {sglang_kv_scale_name(i, prefix): production_kv_scale(p.get("k"), p.get("v"))
+            for (prefix, i), p in sorted(pairs.items())}
 
 
 def check_production_scales(found: dict[str, float], ct_scales: dict[str, float], where: str) -> int:

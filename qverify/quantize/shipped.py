@@ -89,7 +89,6 @@ def _scheme_for(module: str, qc: dict[str, Any]):
 
 def dequantized_state_dict(model_dir: Path, shipped: Shipped, dtype) -> dict:
     """Every source tensor, with each shipped-quantized module replaced by its dequantized `weight`."""
-    from compressed_tensors.compressors import BaseCompressor
     from safetensors.torch import load_file
 
     out: dict = {}
@@ -97,13 +96,18 @@ def dequantized_state_dict(model_dir: Path, shipped: Shipped, dtype) -> dict:
         shard = load_file(path)
         for module, names in shipped.modules.items():
             local = {n.rsplit(".", 1)[1]: shard.pop(n) for n in names if n in shard}
-            if not local:
-                continue
-            scheme = _scheme_for(module, shipped.config)
-            decompressed = BaseCompressor.get_value_from_registry(scheme.format).decompress(local, scheme)
-            out[f"{module}.weight"] = decompressed["weight"].to(dtype)
+            if local:
+                out[f"{module}.weight"] = dequantize(module, local, shipped.config, dtype)
         out.update(shard)
     return out
+
+
+def dequantize(module: str, tensors: dict, qc: dict[str, Any], dtype):
+    """One shipped module's weight from its compressed tensors ({'weight_packed': ..., ...}), as the engines compute it."""
+    from compressed_tensors.compressors import BaseCompressor
+
+    scheme = _scheme_for(module, qc)
+    return BaseCompressor.get_value_from_registry(scheme.format).decompress(tensors, scheme)["weight"].to(dtype)
 
 
 def model_code_trust(model_dir: Path, trust_remote_code: bool) -> bool:
