@@ -248,7 +248,7 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
             continue
         if stage is None and noise is not None:
             with _stage("noise shared experts", on_stage, seconds):
-                model = compress.load_source(src, None, trust_remote_code)
+                model = compress.load_source(src, trust_remote_code)
                 compress.noise_shared_experts(model, noise, rec.corrupt.seed)
                 model.save_pretrained(dst)
                 del model
@@ -258,7 +258,7 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
                 names = copy_model(src, dst)
         else:
             with _stage(f"oneshot {which}", on_stage, seconds):
-                model = compress.load_source(src, None, trust_remote_code)
+                model = compress.load_source(src, trust_remote_code)
                 compress.quantize(model, stage, dataset, calib.seq_len, rec.calibration.pipeline,
                                   f"{loaded.path}: {which}", processor=tokenizer)
                 if which == "target" and rec.corrupt is not None and rec.corrupt.kv_scale_factor is not None:

@@ -20,18 +20,13 @@ def lc_recipe(stage: dict[str, Any], where: str):
                        fix="check the modifier arguments against llm-compressor 0.14") from None
 
 
-def load_source(model_dir: Path, shipped=None, trust_remote_code: bool = False):
-    """The source model for calibration; a checkpoint that does not fill its architecture is refused.
-
-    A source that ships quantized modules (`shipped`) is loaded with them dequantized: llm-compressor then
-    calibrates on the numerics the release serves, and the build puts the shipped tensors back as they were.
-    """
+def load_source(model_dir: Path, trust_remote_code: bool = False):
+    """The (unquantized) source model for calibration; a checkpoint that does not fill its architecture is refused.
+    A source that ships quantized modules is loaded layer by layer instead (qverify/quantize/layerwise.py)."""
     from transformers import AutoModelForCausalLM
 
-    from qverify.quantize.shipped import load_dequantized, model_code_trust, native_config
+    from qverify.quantize.shipped import model_code_trust, native_config
 
-    if shipped is not None:
-        return load_dequantized(model_dir, shipped, trust_remote_code)
     config = native_config(model_dir, trust_remote_code)
     trust_remote_code = model_code_trust(model_dir, trust_remote_code) and config.model_type != "deepseek_v3"
     try:

@@ -18,9 +18,9 @@ _QUANT_LEAVES = ("weight_packed", "weight_scale", "weight_global_scale", "weight
 
 def _expected_shapes(layout: Layout) -> tuple[dict[str, tuple], set[str]]:
     """{weight name: shape} and the module names of the text model, from a meta-device build (no memory)."""
-    from qverify.quantize.layerwise import _meta_model, _text_config
-
     import torch
+
+    from qverify.quantize.layerwise import _meta_model, _text_config
 
     model = _meta_model(_text_config(layout), torch.bfloat16)
     return {n: tuple(t.shape) for n, t in model.state_dict().items()}, {n for n, _ in model.named_modules()}

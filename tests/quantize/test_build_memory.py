@@ -32,7 +32,8 @@ def test_production_build_peak_rss_stays_below_the_routed_experts_in_bf16(kimi_k
     packed = sum(p.stat().st_size for p in kimi_k25_large.glob("*.safetensors"))
     env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks/build_memory.py"), "--worker", "fp8kv_nvfp4shared",
-                        str(kimi_k25_large), str(tmp_path / "wd")], env=env, capture_output=True, text=True, timeout=900)
+                        str(kimi_k25_large), str(tmp_path / "wd")], env=env, capture_output=True, text=True, timeout=900,
+                       check=False)
     line = next((ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line, p.stderr[-2000:]
     r = json.loads(line[7:])

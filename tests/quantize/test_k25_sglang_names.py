@@ -42,7 +42,7 @@ def _sglang_sees(build_dir) -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_sglang_kimi_k25_maps_every_tensor_name(k25_built, recipe):
+def test_sglang_kimi_k25_maps_every_tensor_name(k25_built, recipe):  # noqa: F811
     from qverify.quantize.shards import weight_map
 
     names = list(weight_map(k25_built(recipe).build_dir))
@@ -54,7 +54,7 @@ def test_sglang_kimi_k25_maps_every_tensor_name(k25_built, recipe):
                                  "mm_projector.linear_1.weight", "mm_projector.linear_2.weight"} <= set(vision)
 
 
-def test_sglang_loads_the_wrapper_builds_kv_scale(k25_built):
+def test_sglang_loads_the_wrapper_builds_kv_scale(k25_built):  # noqa: F811
     """After the wrapper strips `language_model.`, the DeepSeek loader's own renaming puts qverify's one scale per
     layer on the MLA attention (`attn_mqa.k_scale`)."""
     language, _ = _sglang_sees(k25_built("fp8kv_nvfp4shared").build_dir)
