@@ -116,7 +116,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
           trust_remote_code: bool = False, on_stage: OnStage | None = None) -> BuildResult:
     """Build (or reuse) a serving build. Bad input or disk full → BadInput; a fresh build failing its load check → InfraError."""
     from qverify.assets import default_model_dir
-    from qverify.quantize.calibration import load_calibration
+    from qverify.quantize.calibration import load_calibration, source_chat_template
 
     seconds: dict[str, float] = {}
     with _stage("resolve", on_stage, seconds):
@@ -140,7 +140,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
         calib = None
         if rec.target or rec.drafter:
             calib = load_calibration(calib_data, calib_samples or rec.calibration.samples,
-                                     calib_seq_len or rec.calibration.seq_len)
+                                     calib_seq_len or rec.calibration.seq_len, source_chat_template(model_dir))
         vers = versions()
         key = {"source": source_hash, "drafter": drafter_hash, "recipe": rec.digest, "versions": vers,
                "calibration": calib.describe() | {"source": None} if calib else None}

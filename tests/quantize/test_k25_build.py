@@ -196,3 +196,24 @@ def test_capacity_reads_the_wrapper_config(kimi_k25):
         assert a.model_dump() == b.model_dump()
     local, _ = load_config(str(kimi_k25))
     assert plan(local, "as_shipped", gpu="b200").weights.total_bytes > 0
+
+
+def test_calibration_renders_through_the_releases_chat_template(kimi_k25, k25_built, tmp_path):
+    """The calibration conversations go through the source's own chat_template.jinja (what the served model sees):
+    qverify's template renders the same bytes as its built-in format; a release's other template changes the texts,
+    and with them the calibration fingerprint and the build id."""
+    from qverify.quantize import build
+    from qverify.quantize.calibration import load_calibration, source_chat_template
+
+    own = source_chat_template(kimi_k25)
+    assert own is not None
+    assert load_calibration("mix", 6, 64, own).texts == load_calibration("mix", 6, 64).texts
+    marked = "<|release|>" + own
+    texts = load_calibration("mix", 6, 64, marked).texts
+    assert all(t.startswith("<|release|>") for t in texts)
+    d = _wrapper_copy(kimi_k25, tmp_path)
+    (d / "chat_template.jinja").write_text(marked)
+    res = build("fp8kv_nvfp4shared", model=d, workdir=tmp_path / "wd", trust_remote_code=True, **CALIB)
+    base = k25_built("fp8kv_nvfp4shared").manifest
+    assert res.manifest.calibration["fingerprint"] != base.calibration["fingerprint"]
+    assert res.manifest.build_id != base.build_id and res.verify.ok
