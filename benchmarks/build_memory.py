@@ -3,9 +3,10 @@ grow in layers and experts, against the build code on git `main` (the old path) 
 
     PYTHONPATH=. .venv/bin/python benchmarks/build_memory.py [--sizes 3x8,5x16,7x32,9x64] [--hidden 256]
 
-Each build runs in its own process (one thread). Peak RSS is `ru_maxrss`; "above base" subtracts the process's RSS
-after importing torch, transformers, llm-compressor and qverify (the libraries' own footprint, which does not grow
-with the model). The old code cannot read the kimi_k25 wrapper (it exits 3), so it builds a flat copy of the same
+Each build runs in its own process (one thread). Peak RSS is the process's `VmHWM` (/proc/self/status), not
+`ru_maxrss`: Linux carries `ru_maxrss` across fork+exec, so a child started by a big parent (this script, pytest)
+reports the parent's peak. "Above base" subtracts the process's RSS after importing torch, transformers,
+llm-compressor and qverify (the libraries' own footprint, which does not grow with the model). The old code cannot read the kimi_k25 wrapper (it exits 3), so it builds a flat copy of the same
 checkpoint (the text model's tensors without `language_model.`, no vision tensors): the same weights, its best case.
 Results go to benchmarks/results/build_memory.json; docs/build.md extrapolates them to K2.6.
 """
@@ -36,8 +37,6 @@ def _rss_kb(field: str) -> int:
 
 def worker(recipe: str, model: str, workdir: str) -> None:
     """One build in this process; prints one JSON line."""
-    import resource
-
     import torch
 
     torch.set_num_threads(1)
@@ -54,7 +53,7 @@ def worker(recipe: str, model: str, workdir: str) -> None:
         build(recipe, model=model, workdir=workdir, trust_remote_code=True, **CALIB)
     except Exception as e:  # noqa: BLE001 -- reported, not raised: the old code on a wrapper is expected to fail
         out |= {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _rss_kb("VmHWM:")
     out |= {"seconds": round(time.time() - t0, 1), "peak_rss": peak * 1024, "base_rss": base * 1024,
             "peak_above_base": max(0, peak - base) * 1024}
     print("RESULT " + json.dumps(out), flush=True)

@@ -1,5 +1,6 @@
 """Peak host RAM of a production build of a kimi_k25 checkpoint large enough to measure (100M routed-expert
-parameters, 200 MB of them in bf16), in a fresh process (ru_maxrss): the build must never hold the routed experts
+parameters, 200 MB of them in bf16), in a fresh process (its VmHWM: ru_maxrss would carry pytest's own peak
+across fork+exec): the build must never hold the routed experts
 dequantized. Today's code on main needs at least 2.6x their bf16 bytes (it dequantizes and linearizes them all)."""
 
 from __future__ import annotations
