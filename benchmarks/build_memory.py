@@ -173,8 +173,29 @@ def _print(row: dict) -> None:
     sys.stdout.flush()
 
 
+def table(path: str) -> None:
+    """The results as the markdown table docs/build.md shows (MiB; peak above the libraries' base in brackets)."""
+    rows = sorted(json.loads(Path(path).read_text())["rows"], key=lambda r: r["params"])
+    print("| layers x experts | params (routed) | packed | bf16 | as_shipped new / old | fp8kv_nvfp4shared new / old | "
+          "new vs packed | new vs old |")
+    print("|---|---|---|---|---|---|---|---|")
+    mb = 2**20
+    for r in rows:
+        cells = []
+        for recipe in RECIPES:
+            n, o = r[f"new:{recipe}"], r[f"old:{recipe}"]
+            cells.append(f"{n['peak_rss'] / mb:.0f} (+{n['peak_above_base'] / mb:.0f}), {n['seconds']:.0f} s / "
+                         f"{o['peak_rss'] / mb:.0f} (+{o['peak_above_base'] / mb:.0f}), {o['seconds']:.0f} s")
+        n, o = r["new:fp8kv_nvfp4shared"], r["old:fp8kv_nvfp4shared"]
+        print(f"| {r['size']} | {r['params'] / 1e6:.0f}M ({r['routed_params'] / 1e6:.0f}M) | {r['packed_bytes'] / mb:.0f} | "
+              f"{r['bf16_bytes'] / mb:.0f} | {cells[0]} | {cells[1]} | {n['peak_above_base'] / r['packed_bytes']:.2f}x | "
+              f"{n['peak_above_base'] / max(o['peak_above_base'], 1):.2f}x |")
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         worker(*sys.argv[2:5])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--table":
+        table(sys.argv[2] if len(sys.argv) > 2 else str(ROOT / "benchmarks/results/build_memory.json"))
     else:
         main()
