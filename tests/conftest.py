@@ -33,3 +33,4 @@ def parrot_dir(tiny_model_dir, tmp_path_factory) -> Path:
 
 # The Kimi-shaped checkpoint (INT4 pack-quantized routed experts, remote-code tokenizer), for every test package.
 from tests.fixtures.kimi_shaped import kimi_shaped  # noqa: E402,F401
+from tests.fixtures.kimi_k25 import kimi_k25  # noqa: E402,F401

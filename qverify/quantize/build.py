@@ -28,9 +28,11 @@ from qverify.quantize import eagle3_fp8
 from qverify.quantize import manifest as mf
 from qverify.quantize.eagle3 import check_eagle3, is_eagle3
 from qverify.quantize.kv_scales import manifest_kv_scales, write_control_scale
+from qverify.quantize.layout import read_layout
 from qverify.quantize.loader import DRAFTER_DIR, VerifyReport, verify_build
 from qverify.quantize.recipe import LoadedRecipe, load_recipe
-from qverify.quantize.shipped import drop_shipped_modules, merge_shipped, read_shipped
+from qverify.quantize.shards import weight_map
+from qverify.quantize.shipped import read_shipped
 from qverify.quantize.source import carry_files, check_model_dir, copy_model, copy_tokenizer, files_hash, needs_remote_code
 from qverify.versions import BUILD_PACKAGES, package_versions
 from qverify.workdir import Workdir, is_build, manifest_path
@@ -112,7 +114,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
           trust_remote_code: bool = False, on_stage: OnStage | None = None) -> BuildResult:
     """Build (or reuse) a serving build. Bad input or disk full → BadInput; a fresh build failing its load check → InfraError."""
     from qverify.assets import default_model_dir
-    from qverify.quantize.calibration import load_calibration
+    from qverify.quantize.calibration import load_calibration, source_chat_template
 
     seconds: dict[str, float] = {}
     with _stage("resolve", on_stage, seconds):
@@ -123,14 +125,20 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
         if needs_remote_code(model_dir) and not trust_remote_code:
             raise BadInput(f"{model_dir} loads through remote code (auto_map, e.g. Kimi's tokenization_kimi.py)",
                            fix="read that code, then pass --trust-remote-code (it is recorded in build.json)")
-        shipped = read_shipped(model_dir, json.loads((model_dir / "config.json").read_text()))
+        config = json.loads((model_dir / "config.json").read_text())
+        layout = read_layout(model_dir, config, list(weight_map(model_dir)))  # a wrapper it cannot build: refused here
+        shipped = read_shipped(model_dir, config)
+        if layout.wrapper and shipped is None:
+            raise BadInput(f"{model_dir} is a {layout.wrapper!r} wrapper without a compressed-tensors quantization_config; "
+                           "qverify builds wrappers as released (Kimi K2.5/K2.6: INT4 routed experts)",
+                           fix="pass the release as published")
         drafter_dir = _resolve_drafter(model_dir, Path(drafter) if drafter else None, loaded)
-        source_hash, _ = mf.model_hash(model_dir)
+        source_hash, source_digests = mf.model_hash(model_dir)
         drafter_hash = mf.model_hash(drafter_dir)[0] if drafter_dir else None
         calib = None
         if rec.target or rec.drafter:
             calib = load_calibration(calib_data, calib_samples or rec.calibration.samples,
-                                     calib_seq_len or rec.calibration.seq_len)
+                                     calib_seq_len or rec.calibration.seq_len, source_chat_template(model_dir))
         vers = package_versions(BUILD_PACKAGES)
         key = {"source": source_hash, "drafter": drafter_hash, "recipe": rec.digest, "versions": vers,
                "calibration": calib.describe() | {"source": None} if calib else None,
@@ -151,8 +159,8 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        summary, carried = _produce(tmp, loaded, model_dir, drafter_dir, calib, shipped, trust_remote_code,
-                                    on_stage, seconds)
+        summary, carried, copied = _produce(tmp, loaded, model_dir, drafter_dir, calib, shipped, trust_remote_code,
+                                            on_stage, seconds, layout, source_digests)
         with _stage("write", on_stage, seconds):
             config = json.loads((tmp / "config.json").read_text())
             kv_dtype = "fp8_e4m3" if rec.serving.kv_cache_dtype == "fp8_e4m3" else _dtype_name(config)
@@ -165,7 +173,7 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
                                                  "pipeline": rec.calibration.pipeline}) if calib else {},
                 versions=vers, quantization=summary, serving=rec.serving.model_dump(mode="json"),
                 bytes_by_dtype=by_dtype, total_bytes=sum(by_dtype.values()), kv_dtype=kv_dtype,
-                kv_bytes_per_token=mf.kv_bytes_per_token(config, kv_dtype), tensor_hashes=mf.hash_dir(tmp),
+                kv_bytes_per_token=mf.kv_bytes_per_token(config, kv_dtype), tensor_hashes=mf.hash_dir(tmp, known=copied),
                 control=rec.control, trust_remote_code=trust_remote_code,
                 kv_scales=manifest_kv_scales(kv_dtype.startswith("fp8"), _control_k_scale(rec)),
                 source_quantization=shipped.describe() if shipped else None, carried_files=carried,
@@ -177,7 +185,8 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
             manifest_path(tmp).write_text(manifest.model_dump_json(indent=2))
         with _stage("verify", on_stage, seconds):
             try:
-                report = verify_build(tmp, trust_remote_code)
+                report = verify_build(tmp, trust_remote_code,
+                                      source_digests=source_digests if shipped is not None else None)
             except mf.IntegrityError as e:  # a fresh build that does not reload exactly is our failure, not the user's
                 raise InfraError(f"the new build failed its load check and was discarded: {e}",
                                  fix="report it with the recipe and model (run with -v for the traceback)") from e
@@ -214,8 +223,9 @@ def publish(tmp: Path, out_dir: Path) -> None:
 
 
 def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path | None, calib, shipped,
-             trust_remote_code: bool, on_stage, seconds):
-    """Write the target (and drafter) into tmp; returns (what the recipe changed, the carried file names)."""
+             trust_remote_code: bool, on_stage, seconds, layout=None, source_digests=None):
+    """Write the target (and drafter) into tmp; returns (what the recipe changed, the carried file names,
+    {'file::tensor': sha256} of shards hashed while copied)."""
     from qverify.quantize import compress
 
     rec = loaded.recipe
@@ -228,16 +238,27 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
 
             tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
             dataset = to_dataset(calib, tokenizer)
-    summary, carried = [], []
+    summary, carried, copied = [], [], {}
     for which, src, dst in (("target", model_dir, tmp), ("drafter", drafter_dir, tmp / DRAFTER_DIR)):
         if src is None:
             continue
         stage = getattr(rec, which)
         noise = rec.corrupt.shared_expert_noise if which == "target" and rec.corrupt is not None else None
         names: list[str] = []
+        if which == "target" and shipped is not None:  # a release that ships quantized: layer by layer, streamed
+            from qverify.quantize.shipped_target import build_shipped_target
+
+            with _stage("build target" if stage is None and noise is None else f"oneshot {which}", on_stage, seconds):
+                part, carried, copied = build_shipped_target(tmp, loaded, model_dir, layout, shipped, source_digests,
+                                                             dataset, calib, tokenizer, on_stage)
+            summary += part
+            qc = json.loads((tmp / "config.json").read_text()).get("quantization_config")
+            if (qc or {}).get("kv_cache_scheme") and _control_k_scale(rec) is not None:  # the badscale control only
+                write_control_scale(tmp, _control_k_scale(rec))
+            continue
         if stage is None and noise is not None:
             with _stage("noise shared experts", on_stage, seconds):
-                model = compress.load_source(src, None, trust_remote_code)
+                model = compress.load_source(src, trust_remote_code)
                 compress.noise_shared_experts(model, noise, rec.corrupt.seed)
                 model.save_pretrained(dst)
                 del model
@@ -250,20 +271,15 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
                 summary += eagle3_fp8.quantize_head(src, dst)
         else:
             with _stage(f"oneshot {which}", on_stage, seconds):
-                keep = shipped if which == "target" else None
-                model = compress.load_source(src, keep, trust_remote_code)
+                model = compress.load_source(src, trust_remote_code)
                 compress.quantize(model, stage, dataset, calib.seq_len, rec.calibration.pipeline,
                                   f"{loaded.path}: {which}", processor=tokenizer)
                 if noise is not None:
                     compress.noise_shared_experts(model, noise, rec.corrupt.seed)
                 counts = mf.module_counts(model)  # before saving: save compresses weights in place
-                if keep is not None:
-                    drop_shipped_modules(model, keep)
                 compress.save(model, dst)
                 qc = json.loads((dst / "config.json").read_text()).get("quantization_config")
                 summary += mf.quantization_summary(counts, qc, prefix="" if which == "target" else "drafter:")
-                if keep is not None:
-                    merge_shipped(dst, src, keep)
                 # SGLang needs no KV scale (kv_scales.py): only the badscale control writes one it loads
                 if which == "target" and (qc or {}).get("kv_cache_scheme") and _control_k_scale(rec) is not None:
                     write_control_scale(dst, _control_k_scale(rec))
@@ -275,7 +291,7 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
         else:
             copy_tokenizer(src, model_dir, dst)
     (tmp / "recipe.yaml").write_text(loaded.recipe.resolved_yaml())
-    return summary, carried
+    return summary, carried, copied
 
 
 def _control_k_scale(rec) -> float | None:

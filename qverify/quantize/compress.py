@@ -20,18 +20,13 @@ def lc_recipe(stage: dict[str, Any], where: str):
                        fix="check the modifier arguments against llm-compressor 0.14") from None
 
 
-def load_source(model_dir: Path, shipped=None, trust_remote_code: bool = False):
-    """The source model for calibration; a checkpoint that does not fill its architecture is refused.
-
-    A source that ships quantized modules (`shipped`) is loaded with them dequantized: llm-compressor then
-    calibrates on the numerics the release serves, and the build puts the shipped tensors back as they were.
-    """
+def load_source(model_dir: Path, trust_remote_code: bool = False):
+    """The (unquantized) source model for calibration; a checkpoint that does not fill its architecture is refused.
+    A source that ships quantized modules is loaded layer by layer instead (qverify/quantize/layerwise.py)."""
     from transformers import AutoModelForCausalLM
 
-    from qverify.quantize.shipped import load_dequantized, model_code_trust, native_config
+    from qverify.quantize.shipped import model_code_trust, native_config
 
-    if shipped is not None:
-        return load_dequantized(model_dir, shipped, trust_remote_code)
     config = native_config(model_dir, trust_remote_code)
     trust_remote_code = model_code_trust(model_dir, trust_remote_code) and config.model_type != "deepseek_v3"
     try:
@@ -70,8 +65,13 @@ def check_targets(model, recipe, where: str) -> None:
                            fix="drop kv_cache_scheme from the recipe")
 
 
-def quantize(model, stage: dict[str, Any], dataset, seq_len: int, pipeline: str, where: str, processor=None):
-    """Run oneshot in place and return the model (experts linearized, quantization applied)."""
+def quantize(model, stage: dict[str, Any], dataset, seq_len: int, pipeline: str, where: str, processor=None,
+             all_experts: bool = True):
+    """Run oneshot in place and return the model (experts linearized, quantization applied).
+
+    `all_experts=False` routes each calibration token only to the experts its router picks (llm-compressor's
+    `moe_calibrate_all_experts`, default True, runs every expert on every token): right when the recipe leaves the
+    routed experts alone, since nothing it calibrates reads their inputs, and the forward then matches serving."""
     from llmcompressor import oneshot
     from llmcompressor.modeling.moe.linearize import linearize_moe
 
@@ -86,6 +86,7 @@ def quantize(model, stage: dict[str, Any], dataset, seq_len: int, pipeline: str,
     extra = {"sequential_targets": list(getattr(model, "_no_split_modules", None) or [])} if pipeline == "sequential" else {}
     oneshot(model=model, recipe=recipe, dataset=dataset, num_calibration_samples=len(dataset),
             max_seq_length=seq_len, shuffle_calibration_samples=False, pipeline=pipeline,
+            moe_calibrate_all_experts=all_experts,
             # given explicitly: llm-compressor would otherwise load it from the model path without trust_remote_code
             **({"processor": processor} if processor is not None else {}), **extra)
     return model

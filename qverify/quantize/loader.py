@@ -101,6 +101,10 @@ def load_build(build_dir: Path | str, device: str = "cpu", check_hashes_first: b
 
     from qverify.quantize.checkpoint import load_checkpoint
 
+    wrapper = json.loads((build_dir / "config.json").read_text()).get("text_config") is not None
+    if wrapper:
+        raise IntegrityError(f"{build_dir.name} is a multimodal wrapper build (kimi_k25); the local engine serves flat "
+                             "text models only", fix="serve it with SGLang (qverify serve --backend sglang)")
     checks: dict[str, Any] = {}
     if check_hashes_first:
         checks["hashed"] = check_hashes(build_dir, manifest)
@@ -130,9 +134,27 @@ def load_build(build_dir: Path | str, device: str = "cpu", check_hashes_first: b
                        build_dir=build_dir, checks=checks)
 
 
-def verify_build(build_dir: Path | str, trust_remote_code: bool = False) -> VerifyReport:
-    """Hashes + reload through `load_build`; returns the report or raises IntegrityError."""
+def verify_build(build_dir: Path | str, trust_remote_code: bool = False,
+                 source_digests: dict[str, str] | None = None) -> VerifyReport:
+    """Hashes + reload through `load_build`; returns the report or raises IntegrityError.
+
+    A build from a source that ships quantized (Kimi K2.x; built by `shipped_build`) is verified without rebuilding
+    the model: at 1T a reload would need several TB of host RAM. Its hashes are checked, its copied tensors against the
+    source's own digests (`source_digests`, given during a build), and only what the recipe wrote is reloaded."""
     t0 = time.time()
+    build_dir = Path(build_dir).expanduser().resolve()
+    manifest = read_manifest(build_dir)
+    manifest.remote_code(trust_remote_code)  # exit 4 before anything of the build is imported
+    if manifest.source_quantization is not None:
+        from qverify.quantize.shipped_build import verify_streamed
+
+        hashed, compared = verify_streamed(build_dir, manifest, source_digests)
+        if (build_dir / DRAFTER_DIR / "config.json").is_file() and manifest.drafter_kind != "eagle3":
+            compared += load_checkpoint_checked(build_dir / DRAFTER_DIR)
+        return VerifyReport(build_dir=str(build_dir), build_id=manifest.build_id, recipe=manifest.recipe, hashed=hashed,
+                            compared=compared, target_load="streamed", kv_cache_quantized=manifest.kv_dtype.startswith("fp8"),
+                            drafter_load="transformers" if (build_dir / DRAFTER_DIR / "config.json").is_file() else None,
+                            seconds=round(time.time() - t0, 2))
     lb = load_build(build_dir, trust_remote_code=trust_remote_code)
     target, drafter = lb.checks["target"], lb.checks.get("drafter")
     return VerifyReport(build_dir=str(lb.build_dir), build_id=lb.manifest.build_id, recipe=lb.manifest.recipe,
@@ -140,3 +162,10 @@ def verify_build(build_dir: Path | str, trust_remote_code: bool = False) -> Veri
                         target_load=target.mode,
                         drafter_load=drafter.mode if drafter else ("eagle3 (checked, not loaded)" if "drafter_eagle3" in lb.checks else None),
                         kv_cache_quantized=_kv_quantized(lb.model), seconds=round(time.time() - t0, 2))
+
+
+def load_checkpoint_checked(path: Path) -> int:
+    """Reload one (small) checkpoint and compare it bitwise; returns the tensors compared."""
+    from qverify.quantize.checkpoint import load_checkpoint
+
+    return load_checkpoint(path)[1].tensors

@@ -76,18 +76,20 @@ def _file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def hash_dir(root: Path, tensors_only: bool = False) -> dict[str, str]:
-    """'relpath::tensor' -> sha256 for every file under root except build.json (sorted)."""
-    out: dict[str, str] = {}
+def hash_dir(root: Path, tensors_only: bool = False, known: dict[str, str] | None = None) -> dict[str, str]:
+    """'relpath::tensor' -> sha256 for every file under root except build.json (sorted). `known`: digests of
+    shards already hashed while they were written (streamcopy), taken as given instead of read again."""
+    out: dict[str, str] = dict(known or {})
+    done = {k.split("::", 1)[0] for k in out}
     for p in sorted(root.rglob("*")):
-        if not p.is_file() or p.name == BUILD_MANIFEST:
+        if not p.is_file() or p.name == BUILD_MANIFEST or p.relative_to(root).as_posix() in done:
             continue
         rel = p.relative_to(root).as_posix()
         if p.suffix == ".safetensors":
             out.update({f"{rel}::{k}": v for k, v in tensor_digests(p).items()})
         elif not tensors_only:
             out[f"{rel}::{WHOLE_FILE}"] = _file_digest(p)
-    return out
+    return dict(sorted(out.items()))
 
 
 def model_hash(model_dir: Path) -> tuple[str, dict[str, str]]:

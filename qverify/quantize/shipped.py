@@ -1,10 +1,10 @@
 """Sources that ship already quantized (Kimi: INT4 W4A16 pack-quantized routed experts): keep them as shipped.
 
 A build from such a source never re-quantizes what the release quantized:
-- calibration runs on the source with those modules *dequantized* in memory (W4A16 serving computes exactly
-  dequant(W) @ x in bf16, so the recipe's scales see the activations the served model produces);
+- calibration runs with those modules *dequantized*, one decoder layer at a time (layerwise.py; W4A16 serving
+  computes exactly dequant(W) @ x in bf16, so the recipe's scales see the activations the served model produces);
 - those modules are dropped from the model before saving, and their shipped tensors (`weight_packed`,
-  `weight_scale`, `weight_shape`, ...) are copied into the build byte for byte, one shard at a time;
+  `weight_scale`, `weight_shape`, ...) stay in the source's own shards, copied byte for byte (shipped_build.py);
 - the build's quantization_config keeps the source's config groups verbatim and adds the recipe's.
 Only compressed-tensors sources are accepted: it is the format the engines (SGLang, vLLM) and this loader read.
 """
@@ -19,7 +19,6 @@ from typing import Any
 from qverify.errors import BadInput
 from qverify.quantize.manifest import safetensors_header
 
-SHIPPED_SHARD = "model-shipped-{i:05d}-of-{n:05d}.safetensors"
 # A module is quantized in a compressed-tensors checkpoint when one of these sits beside (or replaces) its weight.
 _QUANT_MARKERS = ("weight_packed", "weight_scale")
 
@@ -87,23 +86,12 @@ def _scheme_for(module: str, qc: dict[str, Any]):
     return QuantizationScheme.model_validate({"format": qc.get("format")} | group)
 
 
-def dequantized_state_dict(model_dir: Path, shipped: Shipped, dtype) -> dict:
-    """Every source tensor, with each shipped-quantized module replaced by its dequantized `weight`."""
+def dequantize(module: str, tensors: dict, qc: dict[str, Any], dtype):
+    """One shipped module's weight from its compressed tensors ({'weight_packed': ..., ...}), as the engines compute it."""
     from compressed_tensors.compressors import BaseCompressor
-    from safetensors.torch import load_file
 
-    out: dict = {}
-    for path in _shards(model_dir):
-        shard = load_file(path)
-        for module, names in shipped.modules.items():
-            local = {n.rsplit(".", 1)[1]: shard.pop(n) for n in names if n in shard}
-            if not local:
-                continue
-            scheme = _scheme_for(module, shipped.config)
-            decompressed = BaseCompressor.get_value_from_registry(scheme.format).decompress(local, scheme)
-            out[f"{module}.weight"] = decompressed["weight"].to(dtype)
-        out.update(shard)
-    return out
+    scheme = _scheme_for(module, qc)
+    return BaseCompressor.get_value_from_registry(scheme.format).decompress(tensors, scheme)["weight"].to(dtype)
 
 
 def model_code_trust(model_dir: Path, trust_remote_code: bool) -> bool:
@@ -146,32 +134,6 @@ def _native_config_dir(config) -> None:
     config._name_or_path = d
 
 
-def load_dequantized(model_dir: Path, shipped: Shipped, trust_remote_code: bool = False):
-    """The source as a plain model (experts linearized, shipped modules dequantized), for calibration only."""
-    import torch
-    from llmcompressor.modeling.moe.linearize import linearize_moe
-    from llmcompressor.utils.dev import skip_weights_initialize
-    from transformers import AutoModelForCausalLM
-
-    config = native_config(model_dir, trust_remote_code)
-    trust_remote_code = model_code_trust(model_dir, trust_remote_code) and config.model_type not in ("deepseek_v3",)
-    if not config.name_or_path:  # a config rebuilt from kimi_k2: oneshot re-reads config.json from name_or_path
-        _native_config_dir(config)
-    del config.quantization_config
-    dtype = getattr(config, "dtype", None) or torch.bfloat16
-    with skip_weights_initialize():
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=trust_remote_code)
-    linearize_moe(model)
-    result = model.load_state_dict(dequantized_state_dict(model_dir, shipped, dtype), strict=False, assign=True)
-    tied = set(getattr(model, "_tied_weights_keys", None) or ()) if getattr(config, "tie_word_embeddings", False) else set()
-    problems = [k for k in result.missing_keys if k not in tied] + list(result.unexpected_keys)
-    if problems:
-        raise BadInput(f"{model_dir}: the checkpoint does not fill its architecture ({problems[0]})",
-                       fix="pass a complete Hugging Face checkpoint")
-    model.tie_weights()
-    return model.eval()
-
-
 def drop_shipped_modules(model, shipped: Shipped) -> None:
     """Replace each shipped-quantized module by a parameterless stand-in so saving writes none of its tensors."""
     import torch
@@ -179,27 +141,6 @@ def drop_shipped_modules(model, shipped: Shipped) -> None:
     for name in shipped.modules:
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name), child, torch.nn.Identity())
-
-
-def merge_shipped(build_dir: Path, model_dir: Path, shipped: Shipped) -> None:
-    """Copy the shipped tensors in (one source shard at a time), then merge the quantization_config."""
-    from safetensors import safe_open
-
-    from qverify.quantize.shards import add_shard, weight_map
-
-    sources = sorted(set(shipped.shard_of.values()))
-    for i, shard in enumerate(sources, 1):
-        with safe_open(model_dir / shard, "pt") as f:  # safetensors writes the raw bytes back: byte for byte
-            tensors = {t: f.get_tensor(t) for t, s in shipped.shard_of.items() if s == shard}
-        add_shard(build_dir, SHIPPED_SHARD.format(i=i, n=len(sources)), tensors)
-        del tensors
-    # The release's own config.json (its model_type, auto_map, ...) with only the quantization_config merged:
-    # llm-compressor saved the native transformers config it calibrated with, which may differ (kimi_k2 -> deepseek_v3).
-    cfg_path = build_dir / "config.json"
-    saved = json.loads(cfg_path.read_text())
-    cfg = json.loads((model_dir / "config.json").read_text())
-    cfg["quantization_config"] = merged_config(shipped, saved.get("quantization_config"), weight_map(build_dir))
-    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
 
 
 def _ignore_without(ignore: list[str], quantized: set[str], modules: set[str]) -> list[str]:

@@ -88,3 +88,34 @@ def _compile(fn: ast.FunctionDef, module: str, scope: dict):
         a.annotation = None
     exec(compile(ast.Module(body=[fn], type_ignores=[]), str(sglang_file(module)), "exec"), scope)  # noqa: S102 -- SGLang's own code, cut from its installed source
     return scope[fn.name]
+
+
+def _class_node(module: str, name: str) -> ast.ClassDef:
+    tree = ast.parse(sglang_file(module).read_text())
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+    if node is None:
+        raise LookupError(f"{name} not found in {module}")
+    return node
+
+
+def kimi_k25_load_weights():
+    """(load_weights, hf_to_sglang_mapper) of SGLang's `KimiK25ForConditionalGeneration` (models/kimi_k25.py), run
+    from its source: the wrapper's own name handling (its prefix mapper, the vision renames, `language_model.`
+    stripped before the DeepSeek loader). `load_weights(self, weights)` takes a stand-in `self`."""
+    from collections.abc import Iterable, Mapping
+    from dataclasses import dataclass, field
+    from typing import Optional
+
+    mapper_cls = _class_node("sglang.srt.models.utils", "WeightsMapper")
+    scope: dict = {"dataclass": dataclass, "field": field, "Mapping": Mapping, "Optional": Optional,
+                   "Iterable": Iterable, "WeightsMapping": Mapping, "torch": __import__("torch")}
+    exec(compile(ast.Module(body=[mapper_cls], type_ignores=[]), "sglang.models.utils", "exec"), scope)  # noqa: S102 -- SGLang's own code
+    cls = _class_node("sglang.srt.models.kimi_k25", "KimiK25ForConditionalGeneration")
+    assign = next(n for n in cls.body if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "hf_to_sglang_mapper")
+    mapper = eval(compile(ast.Expression(assign.value), "sglang.models.kimi_k25", "eval"), scope)
+    fn = function_source("sglang.srt.models.kimi_k25", "KimiK25ForConditionalGeneration.load_weights")
+    for arg in fn.args.args:  # Iterable[Tuple[...]]: typing names not in scope
+        arg.annotation = None
+    fn.returns = None
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), "sglang.models.kimi_k25", "exec"), scope)  # noqa: S102 -- SGLang's own code
+    return scope["load_weights"], mapper

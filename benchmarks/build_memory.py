@@ -1,0 +1,201 @@
+"""Peak host RAM and wall time of the two production builds of Kimi K2.6 as released, on kimi_k25 checkpoints that
+grow in layers and experts, against the build code on git `main` (the old path) on the same weights.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/build_memory.py [--sizes 3x8,5x16,7x32,9x64] [--hidden 256]
+
+Each build runs in its own process (one thread). Peak RSS is the process's `VmHWM` (/proc/self/status), not
+`ru_maxrss`: Linux carries `ru_maxrss` across fork+exec, so a child started by a big parent (this script, pytest)
+reports the parent's peak. "Above base" subtracts the process's RSS after importing torch, transformers,
+llm-compressor and qverify (the libraries' own footprint, which does not grow with the model). The old code cannot read the kimi_k25 wrapper (it exits 3), so it builds a flat copy of the same
+checkpoint (the text model's tensors without `language_model.`, no vision tensors): the same weights, its best case.
+Results go to benchmarks/results/build_memory.json; docs/build.md extrapolates them to K2.6.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ("as_shipped", "fp8kv_nvfp4shared")
+CALIB = {"calib_samples": 8, "calib_seq_len": 64}
+
+
+def _rss_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field):
+            return int(line.split()[1])
+    return 0
+
+
+def worker(recipe: str, model: str, workdir: str) -> None:
+    """One build in this process; prints one JSON line."""
+    import torch
+
+    torch.set_num_threads(1)
+    import llmcompressor  # noqa: F401  (the libraries' footprint belongs to the base)
+    from llmcompressor import oneshot  # noqa: F401
+    from transformers import DeepseekV3ForCausalLM  # noqa: F401
+
+    from qverify.quantize import build
+
+    base = _rss_kb("VmRSS:")
+    t0 = time.time()
+    out = {"recipe": recipe, "ok": True}
+    try:
+        build(recipe, model=model, workdir=workdir, trust_remote_code=True, **CALIB)
+    except Exception as e:  # noqa: BLE001 -- reported, not raised: the old code on a wrapper is expected to fail
+        out |= {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+    peak = _rss_kb("VmHWM:")
+    out |= {"seconds": round(time.time() - t0, 1), "peak_rss": peak * 1024, "base_rss": base * 1024,
+            "peak_above_base": max(0, peak - base) * 1024}
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def run_build(recipe: str, model: Path, code: Path, tmp: Path) -> dict:
+    env = os.environ | {"PYTHONPATH": f"{code}", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    wd = Path(tempfile.mkdtemp(dir=tmp))
+    p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", recipe, str(model), str(wd)],
+                       env=env, capture_output=True, text=True, timeout=3600, check=False)
+    shutil.rmtree(wd, ignore_errors=True)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+    if not lines:
+        return {"recipe": recipe, "ok": False, "error": (p.stderr.strip().splitlines() or ["no output"])[-1][:160]}
+    return json.loads(lines[-1][7:])
+
+
+def flat_copy(wrapper: Path, out: Path) -> Path:
+    """The wrapper's text model as a flat Kimi K2 checkpoint (what the old code reads)."""
+    from safetensors.torch import load_file, save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = json.loads((wrapper / "config.json").read_text())
+    text = cfg["text_config"] | {"quantization_config": cfg["quantization_config"]}
+    (out / "config.json").write_text(json.dumps(text, indent=2))
+    for p in sorted(wrapper.glob("*.safetensors")):
+        t = {k[len("language_model."):]: v for k, v in load_file(p).items() if k.startswith("language_model.")}
+        if t:
+            save_file(t, out / p.name, metadata={"format": "pt"})
+    for name in ("tiktoken.model", "tokenization_kimi.py", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy2(wrapper / name, out / name)
+    return out
+
+
+def old_code(tmp: Path, ref: str) -> Path:
+    """qverify as on `ref`, unpacked into tmp (read from git, no worktree touched)."""
+    dst = tmp / "old"
+    dst.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "qverify"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dst)], input=archive, check=True)
+    return dst
+
+
+def _packed(d: Path) -> int:
+    return sum(p.stat().st_size for p in d.glob("*.safetensors"))
+
+
+def _params(d: Path) -> tuple[int, int]:
+    """(all parameters of the text model, routed-expert parameters), counting an INT4 weight by its shape."""
+    from qverify.capacity.weights import text_config
+
+    cfg = text_config(json.loads((d / "config.json").read_text()))
+    h, m, layers = cfg["hidden_size"], cfg["moe_intermediate_size"], cfg["num_hidden_layers"]
+    routed = (layers - cfg["first_k_dense_replace"]) * cfg["n_routed_experts"] * 3 * h * m
+    from qverify.quantize.manifest import safetensors_header
+
+    other = sum(_numel(i["shape"]) for p in d.glob("*.safetensors") for n, i in safetensors_header(p)[0].items()
+                if ".experts." not in n and n.startswith("language_model."))
+    return routed + other, routed
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="3x8,5x16,7x32,9x64", help="LAYERSxEXPERTS,... (layer 0 is dense)")
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--old-ref", default="main", help="git ref of the old code")
+    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "qverify-bench"), help="checkpoint cache")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/build_memory.json"))
+    a = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from tests.fixtures.kimi_k25 import kimi_k25_dir
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="qverify-buildmem-") as t:
+        tmp = Path(t)
+        old = old_code(tmp, a.old_ref)
+        for spec in a.sizes.split(","):
+            layers, experts = (int(x) for x in spec.split("x"))
+            src = kimi_k25_dir(Path(a.cache), layers=layers, experts=experts, hidden=a.hidden)
+            flat = flat_copy(src, tmp / f"flat-{spec}")
+            params, routed = _params(src)
+            row = {"size": spec, "params": params, "routed_params": routed, "packed_bytes": _packed(src),
+                   "bf16_bytes": 2 * params}
+            for recipe in RECIPES:
+                print(f"{spec} {recipe} ...", file=sys.stderr, flush=True)
+                row[f"new:{recipe}"] = run_build(recipe, src, ROOT, tmp)
+                row[f"old:{recipe}"] = run_build(recipe, flat, old, tmp)
+                row[f"old-wrapper:{recipe}"] = {"ok": None} if spec != a.sizes.split(",")[0] else run_build(recipe, src, old, tmp)
+            shutil.rmtree(flat)
+            rows.append(row)
+            _print(row)
+            Path(a.out).parent.mkdir(parents=True, exist_ok=True)  # after each size: a partial run keeps its rows
+            Path(a.out).write_text(json.dumps({"hidden": a.hidden, "calibration": CALIB, "rows": rows}, indent=2) + "\n")
+
+
+def _print(row: dict) -> None:
+    mb = 1 / 2**20
+    print(f"\n{row['size']}: {row['params'] / 1e6:.0f}M params ({row['routed_params'] / 1e6:.0f}M routed), "
+          f"packed {row['packed_bytes'] * mb:.0f} MiB, bf16 {row['bf16_bytes'] * mb:.0f} MiB")
+    for recipe in RECIPES:
+        new, old = row[f"new:{recipe}"], row[f"old:{recipe}"]
+        cells = []
+        for tag, r in (("new", new), ("old(flat)", old)):
+            cells.append(f"{tag} peak {r.get('peak_rss', 0) * mb:.0f} MiB (+{r.get('peak_above_base', 0) * mb:.0f} above base) "
+                         f"{r.get('seconds', 0):.0f}s{'' if r.get('ok') else ' FAILED ' + r.get('error', '')}")
+        print(f"  {recipe:18s} " + " | ".join(cells))
+        w = row.get(f"old-wrapper:{recipe}") or {}
+        if w.get("ok") is not None:
+            print(f"  {'':18s} old on the wrapper: {'ok' if w['ok'] else w.get('error')}")
+    sys.stdout.flush()
+
+
+def table(path: str) -> None:
+    """The results as the markdown table docs/build.md shows (MiB; peak above the libraries' base in brackets)."""
+    rows = sorted(json.loads(Path(path).read_text())["rows"], key=lambda r: r["params"])
+    print("| layers x experts | params (routed) | packed | bf16 | as_shipped new / old | fp8kv_nvfp4shared new / old | "
+          "new vs packed | new vs old |")
+    print("|---|---|---|---|---|---|---|---|")
+    mb = 2**20
+    for r in rows:
+        cells = []
+        for recipe in RECIPES:
+            n, o = r[f"new:{recipe}"], r[f"old:{recipe}"]
+            cells.append(f"{n['peak_rss'] / mb:.0f} (+{n['peak_above_base'] / mb:.0f}), {n['seconds']:.0f} s / "
+                         f"{o['peak_rss'] / mb:.0f} (+{o['peak_above_base'] / mb:.0f}), {o['seconds']:.0f} s")
+        n, o = r["new:fp8kv_nvfp4shared"], r["old:fp8kv_nvfp4shared"]
+        print(f"| {r['size']} | {r['params'] / 1e6:.0f}M ({r['routed_params'] / 1e6:.0f}M) | {r['packed_bytes'] / mb:.0f} | "
+              f"{r['bf16_bytes'] / mb:.0f} | {cells[0]} | {cells[1]} | {n['peak_above_base'] / r['packed_bytes']:.2f}x | "
+              f"{n['peak_above_base'] / max(o['peak_above_base'], 1):.2f}x |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker(*sys.argv[2:5])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--table":
+        table(sys.argv[2] if len(sys.argv) > 2 else str(ROOT / "benchmarks/results/build_memory.json"))
+    else:
+        main()
