@@ -26,11 +26,12 @@ def _expected_shapes(layout: Layout) -> tuple[dict[str, tuple], set[str]]:
     return {n: tuple(t.shape) for n, t in model.state_dict().items()}, {n for n, _ in model.named_modules()}
 
 
-def check_recipe_tensors(tensors: dict, layout: Layout, qc: dict, where: str) -> int:
-    """Check `tensors` ({text-model name: tensor}); returns how many were checked."""
+def check_recipe_tensors(tensors: dict, layout: Layout, qc: dict, where: str, declared_k_scale: float = 1.0) -> int:
+    """Check `tensors` ({text-model name: tensor}); returns how many were checked. `declared_k_scale`: the one
+    SGLang-visible MLA scale a control may carry (kv_scales.check_sglang_scales; 1.0 for every other build)."""
     import torch
 
-    from qverify.quantize.kv_scales import check_production_scales, is_sglang_kv_scale
+    from qverify.quantize.kv_scales import check_sglang_scales, is_sglang_kv_scale
     from qverify.quantize.shipped import dequantize
 
     if not tensors:
@@ -58,7 +59,5 @@ def check_recipe_tensors(tensors: dict, layout: Layout, qc: dict, where: str) ->
             raise IntegrityError(f"{where}: {module} decompresses to {tuple(weight.shape)} (expected {want}) or to "
                                  "non-finite values", fix="rebuild it with --force")
     sglang = {k: v.float().item() for k, v in tensors.items() if is_sglang_kv_scale(k)}
-    pairs = {k: v.float().item() for k, v in tensors.items() if k.endswith(("self_attn.k_scale", "self_attn.v_scale"))}
-    if sglang or pairs:
-        check_production_scales(sglang, pairs, where)
+    check_sglang_scales(sglang, where, declared_k_scale)
     return len(tensors)

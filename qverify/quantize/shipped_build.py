@@ -152,4 +152,7 @@ def verify_streamed(build_dir: Path, manifest, source_digests: dict[str, str] | 
         if (build_dir / shard).is_file():
             with safe_open(build_dir / shard, "pt") as f:
                 tensors |= {layout.text_name(k) or k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
-    return hashed, check_recipe_tensors(tensors, layout, config.get("quantization_config") or {}, build_dir.name)
+    from qverify.quantize.kv_scales import declared_sglang_k_scale
+
+    return hashed, check_recipe_tensors(tensors, layout, config.get("quantization_config") or {}, build_dir.name,
+                                        declared_sglang_k_scale(build_dir))

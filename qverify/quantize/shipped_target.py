@@ -24,8 +24,6 @@ def build_shipped_target(tmp: Path, loaded, model_dir: Path, layout, shipped, so
             # inputs; routing each token only to its router's experts (as served) avoids 48x the routed work at 384.
             compress.quantize(model, stage, dataset, calib.seq_len, rec.calibration.pipeline, f"{loaded.path}: target",
                               processor=tokenizer, all_experts=False)
-            if rec.corrupt is not None and rec.corrupt.kv_scale_factor is not None:
-                compress.shrink_kv_scales(model, rec.corrupt.kv_scale_factor)
         if noise is not None:
             compress.noise_shared_experts(model, noise, rec.corrupt.seed)
 

@@ -95,7 +95,7 @@ def test_verify_build_passes_and_load_build_reloads_int4(kimi_built, recipe):
     if recipe.endswith("fp8drafter"):
         assert report.drafter_load == "transformers"
     if recipe == PRODUCTION[0]:
-        assert load_build(kimi_built(recipe).build_dir).checks["target"].mode == "linearized"
+        assert load_build(kimi_built(recipe).build_dir, trust_remote_code=True).checks["target"].mode == "linearized"
 
 
 @pytest.mark.parametrize("value, refused", [(1.0, False), (0.0113, True), (0.25, True)])
