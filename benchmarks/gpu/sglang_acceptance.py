@@ -143,8 +143,9 @@ def profile(run: Run, name: str, *, kv: str | None, drafter: bool) -> Path:
 
 
 def command(run: Run, build_id: str, prof: Path) -> list[str]:
+    # the Kimi tokenizer is remote code: allowed here, by the user's flag, never by build.json (issue 31)
     return json.loads(run.qv("--json", "serve", build_id, "--profile", str(prof), "--port", str(run.args.port),
-                             "--dry-run").stdout)["command"]
+                             "--trust-remote-code", "--dry-run").stdout)["command"]
 
 
 def parse_with_sglang(argv: list[str]):
@@ -180,7 +181,7 @@ class Served:
         out.unlink(missing_ok=True)
         cmd = [self.run.qv_python, "-m", "qverify", "--workdir", str(self.run.work / "wd"), "--json", "serve",
                self.build_id, "--profile", str(self.prof), "--port", str(self.run.args.port),
-               "--ready-timeout", str(self.run.args.ready_timeout)]
+               "--ready-timeout", str(self.run.args.ready_timeout), "--trust-remote-code"]
         self.proc = subprocess.Popen(cmd, stdout=out.open("w"), stderr=subprocess.PIPE, text=True, cwd=REPO)
         while not out.read_text().rstrip().endswith("}"):
             if self.proc.poll() is not None:
