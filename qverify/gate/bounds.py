@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
+from qverify.config import ALPHA  # the one default (config.py)
 from qverify.gate.betting import bounds_and_p
 
 # Below this many changed items the t bound's normal approximation is not trusted alone
@@ -160,7 +161,7 @@ def _t_p(h: tuple[np.ndarray, ...], tol: float) -> tuple[np.ndarray, np.ndarray]
     return sps.t.sf(t, df), sps.t.cdf(t, df)
 
 
-def paired_bounds(d: np.ndarray, tol: float, alpha: float = 0.05, bounded: bool = False,
+def paired_bounds(d: np.ndarray, tol: float, alpha: float = ALPHA, bounded: bool = False,
                   exact_p: bool = True, skew_at_margin: bool = True, scale: float = 1.0,
                   always_exact: bool = False) -> Bounds:
     """Bounds and p-values for delta = E[d] against the margin -tol (see the module docstring).

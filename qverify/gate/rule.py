@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from qverify.config import ALPHA  # the one default (config.py)
 from qverify.gate.bounds import Bounds, paired_bounds
 
 Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
@@ -98,7 +99,7 @@ def step_down(p: list[float], level_for: Callable[[int], float], family: int) ->
     return out
 
 
-def decide(evs: list[Evidence], alpha: float = 0.05, noise_k: float | None = None,
+def decide(evs: list[Evidence], alpha: float = ALPHA, noise_k: float | None = None,
            bounds: list[Bounds | None] | None = None, fail_level: Callable[[int], float] | None = None,
            family: int | None = None) -> list[Decision]:
     """Each metric's verdict; Holm over the gated metrics' FAIL p-values (bounds may be given).
