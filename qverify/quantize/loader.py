@@ -149,12 +149,18 @@ def verify_build(build_dir: Path | str, trust_remote_code: bool = False,
         from qverify.quantize.shipped_build import verify_streamed
 
         hashed, compared = verify_streamed(build_dir, manifest, source_digests)
-        if (build_dir / DRAFTER_DIR / "config.json").is_file() and manifest.drafter_kind != "eagle3":
+        drafter_load = None
+        if manifest.drafter_kind == "eagle3":  # not a causal LM: checked for SGLang and carried, never run here
+            from qverify.quantize.eagle3 import check_eagle3
+
+            check_eagle3(build_dir / DRAFTER_DIR, json.loads((build_dir / "config.json").read_text()))
+            drafter_load = "eagle3 (checked, not loaded)"
+        elif (build_dir / DRAFTER_DIR / "config.json").is_file():
             compared += load_checkpoint_checked(build_dir / DRAFTER_DIR)
+            drafter_load = "transformers"
         return VerifyReport(build_dir=str(build_dir), build_id=manifest.build_id, recipe=manifest.recipe, hashed=hashed,
                             compared=compared, target_load="streamed", kv_cache_quantized=manifest.kv_dtype.startswith("fp8"),
-                            drafter_load="transformers" if (build_dir / DRAFTER_DIR / "config.json").is_file() else None,
-                            seconds=round(time.time() - t0, 2))
+                            drafter_load=drafter_load, seconds=round(time.time() - t0, 2))
     lb = load_build(build_dir, trust_remote_code=trust_remote_code)
     target, drafter = lb.checks["target"], lb.checks.get("drafter")
     return VerifyReport(build_dir=str(lb.build_dir), build_id=lb.manifest.build_id, recipe=lb.manifest.recipe,

@@ -16,6 +16,12 @@ from qverify.errors import BadInput
 def expected_shapes(path: Path) -> dict[str, tuple[int, ...]] | None:
     """Parameter shapes the config implies, or None when transformers cannot build it natively
     (a multimodal wrapper, remote code): the load check after the build covers those."""
+    import json
+
+    from qverify.quantize.eagle3 import is_eagle3
+
+    if is_eagle3(json.loads((Path(path) / "config.json").read_text())):
+        return None  # an EAGLE3 head is not the causal LM its config names (draft vocab, fc): eagle3.check_eagle3
     try:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM

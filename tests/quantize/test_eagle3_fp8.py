@@ -104,7 +104,7 @@ def test_fp8drafter_recipe_builds_an_fp8_eagle3_head_and_records_it(kimi_shaped,
     assert res.manifest.drafter_kind == "eagle3"
     assert res.manifest.serving["draft_model_quantization"] == "compressed-tensors"
     assert [s.scheme for s in res.manifest.quantization] == ["drafter:FP8_DYNAMIC"]
-    assert verify_build(res.build_dir).drafter_load.startswith("eagle3")
+    assert verify_build(res.build_dir, trust_remote_code=True).drafter_load.startswith("eagle3")
     assert check_eagle3(res.build_dir / "drafter", json.loads((kimi_shaped / "config.json").read_text()))["quantization"] \
         == "compressed-tensors"
     drafted = load_file(res.build_dir / "drafter" / "model.safetensors")
@@ -113,7 +113,7 @@ def test_fp8drafter_recipe_builds_an_fp8_eagle3_head_and_records_it(kimi_shaped,
     if kind == "mla":  # the embedded engine serves the build: the target runs, the FP8 head is checked, not run
         from qverify.serve.embedded.model_loader import load_for_serving
 
-        loaded = load_for_serving(res.build_dir)
+        loaded = load_for_serving(res.build_dir, trust_remote_code=True)
         assert loaded.drafter is None and loaded.info["build_id"] == res.manifest.build_id
 
 
@@ -129,7 +129,7 @@ def test_prequantized_fp8_head_is_carried_and_its_quantization_recorded(kimi_sha
     assert res.manifest.serving["draft_model_quantization"] == "compressed-tensors"
     # the production profile's command, parsed by SGLang's own prepare_server_args, tells SGLang so
     argv = get_backend("sglang")(res.build_dir, res.manifest, load_profile("kimi-k2.6"), tmp_path / "logs",
-                                 port=30123).node_commands(secret="sk-test-0123456789")[0]
+                                 port=30123, trust_remote_code=True).node_commands(secret="sk-test-0123456789")[0]
     sa = sglang_parser(argv)
     assert sa.speculative_algorithm == "EAGLE3" and sa.speculative_draft_model_quantization == "compressed-tensors"
     with pytest.raises(BadInput, match="already FP8"):
