@@ -228,7 +228,7 @@ def test_the_profiles_attention_backend_reaches_the_engine(server):
     from qverify.serve.profile import load_profile, parse_profile
 
     backend, _ = server
-    assert httpx.get(f"{backend.root_url}/server_info").json()["attention_backend"] == "flashinfer"
+    assert httpx.get(f"{backend.root_url}/server_info", headers=H).json()["attention_backend"] == "flashinfer"
     assert load_profile("local").flags["attention_backend"] == "trtllm_mla"  # SGLang's B200 default
     with pytest.raises(BadInput, match="emulates trtllm_mla, cutedsl_mla, flashinfer, not 'fa3'"):
         parse_profile("backend: local\nflags: {attention_backend: fa3}")
