@@ -126,10 +126,12 @@ def test_gate_attaches_to_the_configs_endpoint_as_eval_does(tiny_model_dir, tmp_
     with LocalBackend(tiny_model_dir, None, ServingProfile(), tmp_path / "logs") as ep:
         (tmp_path / "qverify.toml").write_text(
             f'model = "{tiny_model_dir}"\nbaseline = "bf16"\nsuites = ["toolcall"]\nlimit = 4\nreplicates = 1\n'
-            f'report = false\n[serving]\nendpoint = "{ep.base_url}"\n')
+            f'report = false\n[serving]\nendpoint = "{ep.base_url}"\napi_key_env = "QVERIFY_TEST_ENDPOINT_KEY"\n')
 
         def qv(*args):  # run in tmp_path (its qverify.toml), importing this checkout's qverify
-            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+            # the embedded server takes a per-launch key (issue 31): the endpoint's key, named by api_key_env
+            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+                   "QVERIFY_TEST_ENDPOINT_KEY": ep.api_key}
             return subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(wd.root), *args], cwd=tmp_path,
                                   capture_output=True, text=True, timeout=600, env=env, check=False)
 
