@@ -33,5 +33,5 @@ $PIP install -q -e ".[dev]"
 # (tests validate generated command lines, its kimi_k2 tool-call detector and its weight-name mapping against it;
 # serving uses SGLang's own virtualenv: scripts/setup_sglang.sh). partial-json-parser: the detector's import.
 $PIP install -q --no-deps "bfcl-eval==2026.3.23" "sglang==0.5.23" "triton==3.9.0"
-$PIP install -q orjson pybase64 msgspec pyzmq IPython "partial-json-parser==0.2.1.1.post7"
+$PIP install -q orjson pybase64 msgspec pyzmq IPython "partial-json-parser==0.2.1.1.post7" "openai==3.57.0"
 echo "[setup] ok: $(.venv/bin/qverify --version)"
