@@ -23,7 +23,7 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
     twins = ensure_twins(wd, baseline, candidates, trust_remote_code=cfg.trust_remote_code) if "greedy" in suites else []
     first = {s: cfg.limit or get_suite(s).default_n for s in suites}
     plan = make_plan(suites, first, cfg.replicates, 1 + len(candidates), cfg.alpha, budget, cfg.looks,
-                     extra_builds={"greedy": len(twins)} if twins else None)
+                     extra_builds={"greedy": len(twins)} if twins else None, seed_salt=cfg.seed_salt)
     serving = serving_profile(cfg.serving)  # as `qverify eval` resolves it
 
     def evaluate(builds: list[str], want: dict[str, int]) -> list[dict[str, int]]:

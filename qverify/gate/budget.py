@@ -19,6 +19,10 @@ than planned: its look statistics are then more correlated than planned, which b
 inequality only lowers the chance of crossing (conservative). The plan and every look are kept
 in gates/seq-<id>/sequence.json, so rerunning the same command resumes the sequence where it
 stopped.
+
+A sequence is keyed by what its data are (baseline, candidates, suites, first-look items, seed salt),
+not by its plan: a second plan (another budget, alpha, replicates) on the same looks would spend alpha
+afresh on data already looked at (optional stopping), so it is refused (issue 29).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class Plan:
     gamma: float = SPEND_GAMMA
     extra_builds: dict[str, int] = field(default_factory=dict)  # suite -> builds evaluated besides baseline and
     # candidates (greedy: the candidates' twins, greedy/match's references), counted in the requests
+    seed_salt: int = 0  # the runs' replicate-seed salt: another salt is new samples, so a new sequence
 
     def requests_for(self, new_items: dict[str, int], n_builds: int) -> int:
         return sum(n * self.replicates * (n_builds + self.extra_builds.get(s, 0)) for s, n in new_items.items())
@@ -70,11 +75,13 @@ class Plan:
 
 
 def make_plan(suites: list[str], first: dict[str, int], replicates: int, n_builds: int, alpha: float,
-              budget: str, time_looks: int = MAX_LOOKS, extra_builds: dict[str, int] | None = None) -> Plan:
+              budget: str, time_looks: int = MAX_LOOKS, extra_builds: dict[str, int] | None = None,
+              seed_salt: int = 0) -> Plan:
     """A request budget buys J = budget // (requests of a full round) looks; a time budget plans
     `time_looks` (qverify.toml `looks`) and stops when the next round would not fit."""
     requests, seconds = parse_budget(budget)
-    plan = Plan(suites, first, time_looks, replicates, alpha, requests, seconds, extra_builds=dict(extra_builds or {}))
+    plan = Plan(suites, first, time_looks, replicates, alpha, requests, seconds, extra_builds=dict(extra_builds or {}),
+                seed_salt=seed_salt)
     if requests is not None:
         plan.looks = max(1, min(MAX_LOOKS * 4, requests // plan.requests_for(first, n_builds)))
     return plan
@@ -144,12 +151,9 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
     evaluate(builds, {suite: n}) brings each build's runs to their first n items (the builds may run at once);
     gate(suites, look) gates all candidates on those suites at that look's levels (LookLevels).
     """
-    key = asdict(plan)
-    if not plan.extra_builds:  # sequences planned before twins existed keep their ids (and resume)
-        key.pop("extra_builds")
-    seq_id = "seq-" + content_hash({"baseline": baseline, "candidates": candidates, "plan": key}, 12)
+    seq_id = sequence_id(baseline, candidates, plan)
     state_path = sequence_path(root, seq_id)
-    looks = _load(state_path)
+    looks = _load(state_path, plan)
     state = _State.empty(candidates)
     for lk in looks:
         state.record(lk)
@@ -191,10 +195,20 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
         lk.exhausted = sorted(exhausted)
         looks.append(lk)
         state.record(lk)
-        _save(state_path, looks)
+        _save(state_path, plan, looks)
         if plan.budget_requests is not None and lk.requests >= plan.budget_requests:
             break
+    if report is None and looks:  # the sequence had ended: report it again from its last look (runs unchanged)
+        report = gate(list(looks[-1].items), plan.look_levels(len(looks), family if len(looks) > 1 else {}))
     return _final(report, state, looks, plan, seq_id), looks
+
+
+def sequence_id(baseline: str, candidates: list[str], plan: Plan) -> str:
+    """What the looks' data are, never how they are spent (budget, looks, alpha): a different plan on the same
+    data finds the same sequence and is refused (_load) instead of starting with fresh alpha."""
+    key = {"baseline": baseline, "candidates": candidates, "suites": plan.suites, "first": plan.first,
+           "seed_salt": plan.seed_salt}
+    return "seq-" + content_hash(key, 12)
 
 
 def _problems_of(suite: str, integrity: list[str]) -> list[str]:
@@ -260,14 +274,40 @@ def _brief(lk: Look) -> dict:
             for c, ms in lk.metrics.items()}
 
 
-def _load(path: Path) -> list[Look]:
+def _load(path: Path, plan: Plan) -> list[Look]:
+    """The looks so far of the sequence at `path`, which must have been planned as `plan` (else BadInput)."""
     if not path.exists():
         return []
-    return [Look(**x) for x in json.loads(path.read_text())]
+    state = json.loads(path.read_text())
+    if isinstance(state, list):  # written before the plan was stored (its id hashed the plan too: same plan)
+        state = {"plan": _plain(plan), "looks": state}
+    looks = [Look(**x) for x in state["looks"]]
+    was, now = state["plan"], _plain(plan)
+    if looks and was != now:
+        diff = ", ".join(f"{k} {was.get(k)} -> {v}" for k, v in now.items() if was.get(k) != v)
+        spent = (f"{was['budget_requests']} requests" if was.get("budget_requests") is not None
+                 else f"{was.get('budget_seconds')} s")
+        raise BadInput(f"{path} already holds {len(looks)} look(s) of this baseline, candidates and suites planned "
+                       f"with budget {spent}, {was['looks']} looks, alpha {was['alpha']}; a different plan ({diff}) "
+                       "on the same data would spend alpha afresh on looks already taken (optional stopping)",
+                       fix=f"rerun with its plan (--budget {_budget_text(was)}) to resume or re-report it, or start "
+                           "an independent sequence on new samples: another --seed-salt (its runs made afresh: "
+                           "qverify eval BUILD --suites ... --fresh --seed-salt N), or another workdir")
+    return looks
 
 
-def _save(path: Path, looks: list[Look]) -> None:
+def _plain(plan: Plan) -> dict:
+    return json.loads(json.dumps(asdict(plan)))  # as stored: tuples -> lists, int keys -> str
+
+
+def _budget_text(plan: dict) -> str:
+    if plan.get("budget_requests") is not None:
+        return str(plan["budget_requests"])
+    return f"{plan.get('budget_seconds'):g}s"
+
+
+def _save(path: Path, plan: Plan, looks: list[Look]) -> None:
     from qverify.evals.store import atomic_write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps([asdict(lk) for lk in looks]))
+    atomic_write_text(path, json.dumps({"plan": asdict(plan), "looks": [asdict(lk) for lk in looks]}))

@@ -14,7 +14,7 @@ import pytest
 from qverify.config import QVerifyConfig, parse_budget
 from qverify.errors import BadInput
 from qverify.gate import run_gate
-from qverify.gate.budget import make_plan, run_sequence
+from qverify.gate.budget import make_plan, run_sequence, sequence_id
 from qverify.gate.gate import exit_code
 from qverify.workdir import Workdir
 from tests import synth
@@ -242,3 +242,26 @@ def test_a_pass_says_every_declared_metric_was_decided(tmp_path):
     rep, _ = run_sequence(Workdir.at(tmp_path).gates, "base", ["same"], plan, ev, _gate(tmp_path, "base", "same"))
     assert rep.verdict == "PASS" and rep.candidates[0].reasons == [
         "all 1 of 1 declared gated metrics decided, within their tolerances"]
+
+
+def test_another_plan_on_the_same_looks_is_refused_a_new_salt_is_a_new_sequence(tmp_path):
+    """Issue 29: a larger budget used to hash to a new sequence and look again at the same items with fresh alpha.
+    The sequence is keyed by its data (baseline, candidates, suites, first look, salt); another plan is exit 4."""
+    pl = _noisy_longctx_keeps_the_sequence_going()
+    ev = Rounds(tmp_path, {"base": {"longctx": pl}, "same": {"longctx": pl}}, unseeded=("longctx",))
+    root, gate = Workdir.at(tmp_path).gates, _gate(tmp_path, "base", "same")
+    plan = make_plan(["longctx"], {"longctx": 50}, K, 2, 0.05, "300")  # one round of 50 items x 3 x 2 builds
+    first, looks = run_sequence(root, "base", ["same"], plan, ev, gate)
+    assert plan.looks == len(looks) == 1 and len(ev.calls) == 2
+    for other in (make_plan(["longctx"], {"longctx": 50}, K, 2, 0.05, "600"),
+                  make_plan(["longctx"], {"longctx": 50}, K, 2, 0.10, "300")):
+        with pytest.raises(BadInput) as e:
+            run_sequence(root, "base", ["same"], other, ev, gate)
+        assert "spend alpha afresh" in str(e.value) and "--budget 300" in e.value.fix and "--seed-salt" in e.value.fix
+    assert len(ev.calls) == 2  # refused before any request
+    again, _ = run_sequence(root, "base", ["same"], plan, ev, gate)  # the same plan re-reports the ended sequence
+    assert len(ev.calls) == 2 and again.verdict == first.verdict and again.gate_id == first.gate_id
+    salted = make_plan(["longctx"], {"longctx": 50}, K, 2, 0.05, "300", seed_salt=1)
+    assert sequence_id("base", ["same"], salted) != sequence_id("base", ["same"], plan)
+    assert sequence_id("base", ["same"], make_plan(["longctx"], {"longctx": 50}, K, 2, 0.05, "900")) == \
+        sequence_id("base", ["same"], plan)
