@@ -85,6 +85,8 @@ class QVerifyConfig(_Strict):
                                                  "(0: the historical seeds); baseline and candidate share seeds only "
                                                  "when evaluated with the same salt")
     alpha: float = Field(ALPHA, gt=0, lt=1)
+    family_wise: bool = Field(False, description="several candidates against one baseline: test each at alpha / m "
+                                                  "(Bonferroni), so picking whichever PASSes keeps a false PASS <= alpha")
     error_budget: float = Field(ERROR_BUDGET, ge=0, lt=0.5, description="max infrastructure-error rate of a complete run")
     budget: str | None = Field(None, description="gate in rounds within this budget, as `qverify gate --budget` "
                                                   "(a time: 10m, or a request count); the flag wins")
@@ -110,6 +112,13 @@ class QVerifyConfig(_Strict):
             except BadInput as e:
                 raise ValueError(str(e)) from None
         return v
+
+
+    def alpha_per_candidate(self, candidates: int) -> float:
+        """Each candidate's alpha. A candidate's false PASS is <= alpha, so with m candidates gated against one
+        baseline, picking whichever PASSes has a false-PASS chance up to 1 - (1 - alpha)^m, about m alpha;
+        family_wise splits alpha over the m (Bonferroni), which holds whatever the candidates' dependence."""
+        return self.alpha / max(candidates, 1) if self.family_wise else self.alpha
 
 
 def load_config(path: Path | None) -> QVerifyConfig:

@@ -22,7 +22,8 @@ def gate_in_rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: l
     # greedy/match's references (the candidates' twins) grow with the candidates' greedy runs, round by round
     twins = ensure_twins(wd, baseline, candidates, trust_remote_code=cfg.trust_remote_code) if "greedy" in suites else []
     first = {s: cfg.limit or get_suite(s).default_n for s in suites}
-    plan = make_plan(suites, first, cfg.replicates, 1 + len(candidates), cfg.alpha, budget, cfg.looks,
+    alpha = cfg.alpha_per_candidate(len(candidates))  # the looks' levels spend each candidate's alpha
+    plan = make_plan(suites, first, cfg.replicates, 1 + len(candidates), alpha, budget, cfg.looks,
                      extra_builds={"greedy": len(twins)} if twins else None, seed_salt=cfg.seed_salt)
     serving = serving_profile(cfg.serving)  # as `qverify eval` resolves it
 

@@ -36,6 +36,9 @@ def gate_cmd(
                                                             "then depend on the machine's speed); stops when decided, resumes")] = None,
     fixed: Annotated[bool, typer.Option("--fixed", help="one look at the runs as they are (the fixed-size gate); refused on runs "
                                                         "grown since an earlier fixed gate left them INCONCLUSIVE")] = False,
+    family_wise: Annotated[bool, typer.Option("--family-wise", help="several candidates: test each at alpha/m "
+                                                                   "(Bonferroni), so picking whichever PASSes keeps a "
+                                                                   "false PASS <= alpha")] = False,
     seed_salt: Annotated[int | None, typer.Option("--seed-salt", callback=SeedSalt, help=SEED_SALT_HELP + " (for the runs "
                                                   "this gate evaluates)")] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="skip the MLflow upload and review report")] = False,
@@ -53,6 +56,8 @@ def gate_cmd(
     cfg = load_config(Path(config) if config else None)
     if seed_salt is not None:
         cfg = cfg.model_copy(update={"seed_salt": seed_salt})
+    if family_wise:
+        cfg = cfg.model_copy(update={"family_wise": True})
     budget = budget or cfg.budget  # the config's is validated when it is read, before any build
     if fixed and budget:
         raise BadInput("--fixed and a budget are alternatives", fix="drop --fixed, or --budget / the config's budget")
@@ -129,7 +134,7 @@ def _default_budget(suites: list[str], cfg, n_builds: int) -> int:
 
     first = {x: cfg.limit or get_suite(x).default_n for x in suites}
     tols = {k: v.tolerance for k, v in cfg.thresholds.items()}
-    return default_budget(suites, first, cfg.replicates, n_builds, cfg.alpha, tols)
+    return default_budget(suites, first, cfg.replicates, n_builds, cfg.alpha_per_candidate(n_builds - 1), tols)
 
 
 def register(app: typer.Typer) -> None:

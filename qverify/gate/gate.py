@@ -112,11 +112,13 @@ def run_gate(workdir: Workdir | Path | str, baseline: str, candidates: list[str]
             if ref.run is not None and ref.build_id != baseline:
                 prints[f"{cand}/{REF_SUITE}@{ref.build_id}"] = ref.run.fingerprint
         reports.append(gate_candidate(cand, _recipe(wd, cand), {s: base_runs[s] for s in ok},
-                                      {s: cand_runs[s] for s in ok}, cfg.thresholds, cfg.alpha, cfg.noise_k, problems,
-                                      look, ref))
+                                      {s: cand_runs[s] for s in ok}, cfg.thresholds,
+                                      cfg.alpha_per_candidate(len(candidates)), cfg.noise_k, problems, look, ref))
     # rule v2.1: Hall's skewness correction estimated at the margin (qverify.gate.bounds.tilted_skewness)
     settings = {"alpha": cfg.alpha, "noise_k": cfg.noise_k, "rule": "v2.1", "error_budget": cfg.error_budget,
                 "suites": suites, "thresholds": {k: v.model_dump() for k, v in sorted(cfg.thresholds.items())}}
+    if len(candidates) > 1:  # no family of one: gate ids of single-candidate gates stay as they were
+        settings["candidate_family"] = candidate_family(len(candidates), cfg)
     if look is not None:
         settings["look"] = {"look": look.look, "of": len(look.fractions), "pass_level": look.pass_level,
                             "gamma": look.gamma, "family": look.family}
@@ -127,6 +129,19 @@ def run_gate(workdir: Workdir | Path | str, baseline: str, candidates: list[str]
     if write:
         write_report(wd, report)
     return report
+
+
+def candidate_family(m: int, cfg: QVerifyConfig) -> dict:
+    """m candidates gated against one baseline: each at its alpha, and what picking whichever PASSes risks."""
+    each = cfg.alpha_per_candidate(m)
+    if cfg.family_wise:
+        note = (f"{m} candidates gated against one baseline, each at alpha {each:.4g} = {cfg.alpha:g}/{m} "
+                f"(--family-wise, Bonferroni): a false PASS of any of them has chance <= {cfg.alpha:g}")
+    else:
+        note = (f"{m} candidates gated against one baseline, each at alpha {each:g}: picking whichever PASSes has "
+                f"about {m}·alpha = {min(m * each, 1):.2g} chance of a false PASS (--family-wise tests each at "
+                f"alpha/{m})")
+    return {"candidates": m, "family_wise": cfg.family_wise, "alpha_per_candidate": each, "note": note}
 
 
 def write_report(wd: Workdir, report: GateReport) -> Path:

@@ -70,6 +70,11 @@ TABLE_MIN_WIDTH = 120  # the table's 11 columns fold into unreadable slivers bel
 LOG_WIDTH = 100
 
 
+def family_note(report: GateReport) -> str | None:
+    """Several candidates against one baseline: the family and its false-PASS chance (gate.candidate_family)."""
+    return (report.config.get("candidate_family") or {}).get("note")
+
+
 def render(report: GateReport, console: Console) -> None:
     if console.is_terminal and console.width >= TABLE_MIN_WIDTH:
         render_table(report, console)
@@ -108,6 +113,8 @@ def compact_lines(report: GateReport, width: int = LOG_WIDTH) -> list[str]:
         if c.verdict != "PASS":
             for r in c.reasons[:8]:
                 wrap(r, "  • ", "    ")
+    if note := family_note(report):
+        wrap(note, "family: ", "    ")
     out.append(f"gate {report.gate_id}: {report.verdict}")
     return [ln for chunk in out for ln in chunk.split("\n")]
 
@@ -127,6 +134,8 @@ def render_table(report: GateReport, console: Console) -> None:
         if c.verdict != "PASS":
             for r in c.reasons[:8]:
                 console.print(f"  • {r}", highlight=False, markup=False)
+    if note := family_note(report):
+        console.print(f"[dim]family:[/] {note}", highlight=False)
     console.print(f"gate {report.gate_id}: [{STYLE[report.verdict]}]{report.verdict}[/]")
 
 

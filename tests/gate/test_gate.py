@@ -296,3 +296,23 @@ def test_a_one_look_plan_decides_as_the_fixed_gate(wd, base, cands, suites):
 
     assert verdicts(one) == verdicts(fixed)
     assert {c.verdict for c in fixed.candidates} >= {"PASS", "FAIL"} or base != "base"  # both outcomes exercised
+
+
+def test_several_candidates_are_a_family_and_family_wise_splits_alpha(wd):
+    """Issue 29: m candidates against one baseline, picking whichever PASSes, risk about m alpha. The report names
+    the family; family_wise (--family-wise) tests each candidate at alpha/m (Bonferroni): wider bounds."""
+    from qverify.gate.render import compact_lines
+
+    cands = ["aa", "small", "large"]
+    each, fw = _gate(wd, "base", cands, ["coding"]), _gate(wd, "base", cands, ["coding"], family_wise=True)
+    assert each.config["candidate_family"]["alpha_per_candidate"] == 0.05
+    assert fw.config["candidate_family"]["alpha_per_candidate"] == pytest.approx(0.05 / 3)
+    a, b = _metric(each, "coding/pass@1"), _metric(fw, "coding/pass@1")
+    assert "one-sided 95% bounds" in a.reason and "one-sided 98.33% bounds" in b.reason and b.ci_low < a.ci_low
+    assert fw.gate_id != each.gate_id
+    text = " ".join(compact_lines(each))
+    assert "family: 3 candidates gated against one baseline" in text and "about 3·alpha = 0.15" in text
+    assert "--family-wise" in text
+    assert "chance <= 0.05" in " ".join(compact_lines(fw))
+    one = _gate(wd, "base", ["aa"], ["coding"], family_wise=True)  # a family of one: alpha unchanged, no note
+    assert "candidate_family" not in one.config and "one-sided 95% bounds" in _metric(one, "coding/pass@1").reason
