@@ -60,6 +60,12 @@ def seed_note(c: CandidateReport) -> str | None:
             "shared seeds between the builds; the paired bounds hold but are wider than with one salt")
 
 
+def metric_warnings(c: CandidateReport) -> list[str]:
+    """Caveats a verdict stands with (details.warning, e.g. a baseline self-KL that is a sizeable share of the
+    tolerance): shown whatever the verdict, since a PASS's reasons are not printed."""
+    return [f"{m.metric}: {m.details['warning']}" for m in c.metrics if m.gated and m.details.get("warning")]
+
+
 def reference_notes(c: CandidateReport) -> list[str]:
     """Metrics compared with a build other than the baseline (greedy/match with the candidate's twin)."""
     return [f"{metric} compared with {ref} (the candidate's target with the baseline's drafter)"
@@ -108,6 +114,8 @@ def compact_lines(report: GateReport, width: int = LOG_WIDTH) -> list[str]:
             wrap(note, "  note: ", "    ")
         for note in reference_notes(c):
             wrap(note, "  note: ", "    ")
+        for w in metric_warnings(c):
+            wrap(w, "  warning: ", "    ")
         for r in c.integrity:
             wrap(r, "  refused: ", "    ")
         if c.verdict != "PASS":
@@ -129,6 +137,8 @@ def render_table(report: GateReport, console: Console) -> None:
         console.print(candidate_table(c, report.baseline_recipe))
         for note in filter(None, [seed_note(c), *reference_notes(c)]):
             console.print(f"[dim]note:[/] {note}", highlight=False)
+        for w in metric_warnings(c):
+            console.print(f"[yellow]warning:[/] {w}", highlight=False)
         for r in c.integrity:
             console.print(f"[red]refused:[/] {r}", highlight=False)
         if c.verdict != "PASS":

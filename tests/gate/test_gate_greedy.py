@@ -78,6 +78,16 @@ def test_identical_greedy_outputs_pass(wd):
     assert m.candidate_mean == pytest.approx(1.0) and m.verdict == "PASS" and cand.verdict == "PASS"
 
 
+def test_the_report_says_the_tolerance_bounds_greedy_scores_only(wd):
+    """Issue 29: the derived 0.0145 bounds the source suites' greedy (T 0) scores, not their gated T 0.6 sampling;
+    gate.json says so with the metric, from the one sentence the suite declares beside its tolerance."""
+    from qverify.suites.greedy import MATCH_SCOPE
+
+    _, m = _match(wd, "base", "drafter")
+    assert m.details["tolerance_scope"] == MATCH_SCOPE and "greedy decoding (T 0" in MATCH_SCOPE
+    assert "not their gated scores at T 0.6" in MATCH_SCOPE
+
+
 def test_changed_greedy_outputs_fail(wd):
     cand, m = _match(wd, "base", "lossy")
     assert m.candidate_mean < 0.8 and m.verdict == "FAIL" and cand.verdict == "FAIL"
