@@ -16,7 +16,6 @@ from qverify.gate.loader import RunData
 from qverify.gate.metrics import MetricSpec, apply_rules, expand, specs_for_suite
 from qverify.gate.reference import MatchReference
 from qverify.gate.rule import Evidence
-from qverify.suites.greedy import MATCH_SCOPE
 
 # Suites scored as finished answers: an answer cut at max_tokens was never given. Above this
 # share of finish=length results on either side no metric of the suite may PASS (FAIL stands).
@@ -133,7 +132,8 @@ def _match_against(s: MetricSpec, ref: MatchReference, cand: RunData) -> Evidenc
         return _refused(s, ref.refusal or "no reference build for greedy/match")
     ev = _match(s, ref.run, cand, common_items(ref.run, cand))
     ev.details["reference"] = ref.build_id
-    ev.details["tolerance_scope"] = MATCH_SCOPE
+    if s.scope:
+        ev.details["tolerance_scope"] = s.scope
     return ev
 
 

@@ -33,7 +33,7 @@ from qverify.suites.toolcall import generate_toolcall_items
 
 # wherever a PASS is possible, a changed share m moves coding's or toolcall's greedy score by <= m n / k <= 0.03
 MATCH_TOLERANCE = 0.0145
-# what that derivation covers, said in the report (gate.json: greedy/match's details) as well as here
+# what that derivation covers, said in the report (gate.json: greedy/match's details.tolerance_scope) as well as here
 MATCH_SCOPE = ("the tolerance bounds the coding and toolcall scores under greedy decoding (T 0, 64 tokens) only, "
                "not their gated scores at T 0.6 (those are the coding and toolcall gates' to judge)")
 
@@ -48,7 +48,7 @@ class GreedySuite(Suite):
         # a drafter change must not change greedy outputs beyond the stack's own irreproducibility
         MetricSpec("greedy/match", "greedy", "match", tolerance=MATCH_TOLERANCE, statistic="match",
                    doc="greedy output identical to the reference's (the candidate's target with the baseline's drafter), "
-                       "minus the reference's own run-to-run identity; " + MATCH_SCOPE),
+                       "minus the reference's own run-to-run identity", scope=MATCH_SCOPE),
     )
     sampling: ClassVar[Sampling] = Sampling(temperature=0.0, top_p=1.0, max_tokens=64)
     default_n = 24

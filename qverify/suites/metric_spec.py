@@ -35,6 +35,7 @@ class MetricSpec:
     cap: float | None = None  # kld: each per-pair value capped at `cap` (d_i in [-cap, cap]: the exact bound decides)
     above: float | None = None  # kld: the per-item share of pairs whose value exceeds `above` (a rate in [0, 1])
     doc: str = ""
+    scope: str | None = None  # what a derived tolerance covers, when less than it seems: gate.json says it beside the metric
 
     @property
     def is_family(self) -> bool:
