@@ -25,15 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from qverify.config import ERROR_BUDGET  # noqa: E402
-from qverify.gate.boundaries import LookLevels  # noqa: E402
-from qverify.gate.budget import make_plan, run_sequence  # noqa: E402
-from qverify.gate.gate import gate_candidate  # noqa: E402
-from qverify.gate.integrity import pair_problems, run_problems  # noqa: E402
-from qverify.gate.loader import RunData  # noqa: E402
-from qverify.models import GateReport, RunManifest, Sampling, ServingProfile, content_hash  # noqa: E402
+from qverify.config import ERROR_BUDGET
+from qverify.gate.boundaries import LookLevels
+from qverify.gate.budget import make_plan, run_sequence
+from qverify.gate.gate import gate_candidate
+from qverify.gate.integrity import pair_problems, run_problems
+from qverify.gate.loader import RunData
+from qverify.models import GateReport, RunManifest, Sampling, ServingProfile, content_hash
 
 K, FIRST, ROUNDS, TOL = 3, 100, 4, 0.03
 KEYS = {"coding": "pass@1", "longctx": "accuracy"}
@@ -121,6 +119,9 @@ ROWS = [
      {"delta": -TOL, "error_rate": 0.06, "error_items": FIRST}),
     ("coding source exhausted at 150 items, Δ 0", {"delta": 0.0, "available": {"coding": 150}}),
     ("coding source exhausted at 150 items, Δ −tol", {"delta": -TOL, "available": {"coding": 150}}),
+    # exhausted at look 1, undecided, while longctx goes on to look 2: the pre-fix sequence dropped coding/pass@1
+    ("coding source exhausted at 80 items (look 1), Δ 0", {"delta": 0.0, "available": {"coding": 80}}),
+    ("coding source exhausted at 80 items (look 1), Δ −tol", {"delta": -TOL, "available": {"coding": 80}}),
 ]
 
 
