@@ -279,7 +279,7 @@ def _load(path: Path, plan: Plan) -> list[Look]:
     if not path.exists():
         return []
     state = json.loads(path.read_text())
-    if isinstance(state, list):  # written before the plan was stored (its id hashed the plan too: same plan)
+    if isinstance(state, list):  # written before the plan was stored, under an id hashed from that plan: the same plan
         state = {"plan": _plain(plan), "looks": state}
     looks = [Look(**x) for x in state["looks"]]
     was, now = state["plan"], _plain(plan)
