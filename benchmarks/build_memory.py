@@ -1,13 +1,18 @@
 """Peak host RAM and wall time of the two production builds of Kimi K2.6 as released, on kimi_k25 checkpoints that
 grow in layers and experts, against the build code on git `main` (the old path) on the same weights.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/build_memory.py [--sizes 3x8,5x16,7x32,9x64] [--hidden 256]
+    PYTHONPATH=. .venv/bin/python benchmarks/build_memory.py [--sizes 16x128,4x16,8x32,12x64] [--hidden 512]
+    PYTHONPATH=. .venv/bin/python benchmarks/build_memory.py --table   # the markdown table docs/build.md shows
 
 Each build runs in its own process (one thread). Peak RSS is the process's `VmHWM` (/proc/self/status), not
 `ru_maxrss`: Linux carries `ru_maxrss` across fork+exec, so a child started by a big parent (this script, pytest)
 reports the parent's peak. "Above base" subtracts the process's RSS after importing torch, transformers,
 llm-compressor and qverify (the libraries' own footprint, which does not grow with the model). The old code cannot read the kimi_k25 wrapper (it exits 3), so it builds a flat copy of the same
 checkpoint (the text model's tensors without `language_model.`, no vision tensors): the same weights, its best case.
+The old code is slow (it dequantizes and reloads everything) and grows with the whole model, so it runs only on the
+sizes in --old-sizes; at the others `--table` extrapolates it linearly in bf16 bytes from the measured old rows
+(marked "~"). Checkpoints beyond the template are grown shard by shard (tests/fixtures/kimi_k25_grow.py): making them
+with llm-compressor would need ~4x their bf16 bytes.
 Results go to benchmarks/results/build_memory.json; docs/build.md extrapolates them to K2.6.
 """
 
@@ -60,6 +65,7 @@ def worker(recipe: str, model: str, workdir: str) -> None:
 
 
 def run_build(recipe: str, model: Path, code: Path, tmp: Path) -> dict:
+    """One build of `model` with the qverify package under `code`, in a fresh process."""
     env = os.environ | {"PYTHONPATH": f"{code}", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     wd = Path(tempfile.mkdtemp(dir=tmp))
     p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", recipe, str(model), str(wd)],
@@ -88,9 +94,9 @@ def flat_copy(wrapper: Path, out: Path) -> Path:
     return out
 
 
-def old_code(tmp: Path, ref: str) -> Path:
+def code_at(tmp: Path, ref: str, name: str = "old") -> Path:
     """qverify as on `ref`, unpacked into tmp (read from git, no worktree touched)."""
-    dst = tmp / "old"
+    dst = tmp / name
     dst.mkdir()
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "qverify"], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dst)], input=archive, check=True)
@@ -124,32 +130,44 @@ def _numel(shape) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="3x8,5x16,7x32,9x64", help="LAYERSxEXPERTS,... (layer 0 is dense)")
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--old-ref", default="main", help="git ref of the old code")
+    ap.add_argument("--sizes", default="16x128,4x16,8x32,12x64", help="LAYERSxEXPERTS,... (layer 0 is dense)")
+    ap.add_argument("--old-sizes", default="4x16,8x32", help="the sizes the old code runs on (else extrapolated)")
+    ap.add_argument("--hidden", type=int, default=512)
+    # 0070da0 brought the layer-by-layer build; its parent is the code the issue measured
+    ap.add_argument("--old-ref", default="0070da0^", help="git ref of the old code")
+    ap.add_argument("--new-ref", default=None, help="git ref of the new code (default: this checkout as it is)")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "qverify-bench"), help="checkpoint cache")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/build_memory.json"))
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from tests.fixtures.kimi_k25 import kimi_k25_dir
+    from tests.fixtures.kimi_k25_grow import grow_kimi_k25
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="qverify-buildmem-") as t:
         tmp = Path(t)
-        old = old_code(tmp, a.old_ref)
+        old = code_at(tmp, a.old_ref)
+        new = code_at(tmp, a.new_ref, "new") if a.new_ref else ROOT
+        template = kimi_k25_dir(Path(a.cache), layers=2, experts=4, hidden=a.hidden)
         for spec in a.sizes.split(","):
             layers, experts = (int(x) for x in spec.split("x"))
-            src = kimi_k25_dir(Path(a.cache), layers=layers, experts=experts, hidden=a.hidden)
-            flat = flat_copy(src, tmp / f"flat-{spec}")
+            src = Path(a.cache) / f"grown-{template.name}-{spec}"
+            if not (src / "config.json").is_file():
+                grow_kimi_k25(template, src, layers, experts)
+            runs_old = spec in a.old_sizes.split(",")
+            flat = flat_copy(src, tmp / f"flat-{spec}") if runs_old else None
             params, routed = _params(src)
             row = {"size": spec, "params": params, "routed_params": routed, "packed_bytes": _packed(src),
                    "bf16_bytes": 2 * params}
             for recipe in RECIPES:
                 print(f"{spec} {recipe} ...", file=sys.stderr, flush=True)
-                row[f"new:{recipe}"] = run_build(recipe, src, ROOT, tmp)
-                row[f"old:{recipe}"] = run_build(recipe, flat, old, tmp)
-                row[f"old-wrapper:{recipe}"] = {"ok": None} if spec != a.sizes.split(",")[0] else run_build(recipe, src, old, tmp)
-            shutil.rmtree(flat)
+                row[f"new:{recipe}"] = run_build(recipe, src, new, tmp)
+                if runs_old:
+                    row[f"old:{recipe}"] = run_build(recipe, flat, old, tmp)
+                    if spec == a.old_sizes.split(",")[0]:
+                        row[f"old-wrapper:{recipe}"] = run_build(recipe, src, old, tmp)
+            if flat is not None:
+                shutil.rmtree(flat)
             rows.append(row)
             _print(row)
             Path(a.out).parent.mkdir(parents=True, exist_ok=True)  # after each size: a partial run keeps its rows
@@ -161,7 +179,7 @@ def _print(row: dict) -> None:
     print(f"\n{row['size']}: {row['params'] / 1e6:.0f}M params ({row['routed_params'] / 1e6:.0f}M routed), "
           f"packed {row['packed_bytes'] * mb:.0f} MiB, bf16 {row['bf16_bytes'] * mb:.0f} MiB")
     for recipe in RECIPES:
-        new, old = row[f"new:{recipe}"], row[f"old:{recipe}"]
+        new, old = row[f"new:{recipe}"], row.get(f"old:{recipe}", {"ok": True, "error": "not run"})
         cells = []
         for tag, r in (("new", new), ("old(flat)", old)):
             cells.append(f"{tag} peak {r.get('peak_rss', 0) * mb:.0f} MiB (+{r.get('peak_above_base', 0) * mb:.0f} above base) "
