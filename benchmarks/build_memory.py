@@ -54,13 +54,20 @@ def worker(recipe: str, model: str, workdir: str) -> None:
     base = _rss_kb("VmRSS:")
     t0 = time.time()
     out = {"recipe": recipe, "ok": True}
+    stages: dict[str, int] = {}
+
+    def on_stage(name: str, seconds: float | None) -> None:
+        # the high-water mark when each stage (or progress step) ends: which stage set the peak
+        if seconds is not None or name.startswith(("calibrate: layer", "load:")):
+            stages[name.split(" (")[0]] = _rss_kb("VmHWM:") * 1024
+
     try:
-        build(recipe, model=model, workdir=workdir, trust_remote_code=True, **CALIB)
+        build(recipe, model=model, workdir=workdir, trust_remote_code=True, on_stage=on_stage, **CALIB)
     except Exception as e:  # noqa: BLE001 -- reported, not raised: the old code on a wrapper is expected to fail
         out |= {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
     peak = _rss_kb("VmHWM:")
     out |= {"seconds": round(time.time() - t0, 1), "peak_rss": peak * 1024, "base_rss": base * 1024,
-            "peak_above_base": max(0, peak - base) * 1024}
+            "peak_above_base": max(0, peak - base) * 1024, "peak_by_stage": stages}
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -169,9 +176,10 @@ def main() -> None:
             if flat is not None:
                 shutil.rmtree(flat)
             rows.append(row)
-            _print(row)
             Path(a.out).parent.mkdir(parents=True, exist_ok=True)  # after each size: a partial run keeps its rows
-            Path(a.out).write_text(json.dumps({"hidden": a.hidden, "calibration": CALIB, "rows": rows}, indent=2) + "\n")
+            Path(a.out).write_text(json.dumps({"hidden": a.hidden, "calibration": CALIB, "old_ref": a.old_ref,
+                                               "rows": rows}, indent=2) + "\n")
+            _print(row)
 
 
 def _print(row: dict) -> None:
