@@ -34,7 +34,14 @@ from qverify.quantize.loader import DRAFTER_DIR, VerifyReport, verify_build
 from qverify.quantize.recipe import LoadedRecipe, load_recipe
 from qverify.quantize.shards import weight_map
 from qverify.quantize.shipped import read_shipped
-from qverify.quantize.source import carry_files, check_model_dir, copy_model, copy_tokenizer, files_hash, needs_remote_code
+from qverify.quantize.source import (
+    carry_files,
+    check_model_dir,
+    copy_model,
+    copy_tokenizer,
+    files_hash,
+    needs_remote_code,
+)
 from qverify.versions import BUILD_PACKAGES, package_versions
 from qverify.workdir import Workdir, is_build, manifest_path
 

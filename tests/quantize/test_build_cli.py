@@ -173,7 +173,7 @@ def test_stale_dirs_of_dead_builds_go_and_a_running_builds_stay(wd):
     out = w.build_dir("fp8kv_nvfp4shared-0123456789ab")
     names = {pid: [f".{out.name}.tmp-{pid}", f".{out.name}.tmp-{pid}.scratch", f".{out.name}.old-{pid}"]
              for pid in (os.getpid(), _dead_pid())}
-    for name in sum(names.values(), []):
+    for name in [n for group in names.values() for n in group]:
         (out.parent / name).mkdir(parents=True)
         (out.parent / name / "build.json").write_text("{}")
     assert w.build_dirs() == []
