@@ -153,7 +153,7 @@ def test_nvfp4_all_quantizes_every_linear_but_lm_head(built):
 
 def test_badscale_is_fp8kv_plus_a_scale_sglang_loads(built):
     """fp8kv carries no SGLang-visible MLA scale (SGLang casts its latent with scale 1); the control adds exactly its
-    declared one, and both keep the same calibrated pair under compressed-tensors' names (which SGLang skips)."""
+    declared one, and both keep the same pair (1.0, not calibrated) under compressed-tensors' names (which SGLang skips)."""
     import torch
 
     from qverify.quantize.kv_scales import sglang_kv_scale_name, sglang_scales_in_dir
