@@ -1,13 +1,18 @@
 """Peak host RAM and wall time of the two production builds of Kimi K2.6 as released, on kimi_k25 checkpoints that
 grow in layers and experts, against the build code on git `main` (the old path) on the same weights.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/build_memory.py [--sizes 3x8,5x16,7x32,9x64] [--hidden 256]
+    PYTHONPATH=. .venv/bin/python benchmarks/build_memory.py [--sizes 16x128,4x16,8x32,12x64] [--hidden 512]
+    PYTHONPATH=. .venv/bin/python benchmarks/build_memory.py --table   # the markdown table docs/build.md shows
 
 Each build runs in its own process (one thread). Peak RSS is the process's `VmHWM` (/proc/self/status), not
 `ru_maxrss`: Linux carries `ru_maxrss` across fork+exec, so a child started by a big parent (this script, pytest)
 reports the parent's peak. "Above base" subtracts the process's RSS after importing torch, transformers,
 llm-compressor and qverify (the libraries' own footprint, which does not grow with the model). The old code cannot read the kimi_k25 wrapper (it exits 3), so it builds a flat copy of the same
 checkpoint (the text model's tensors without `language_model.`, no vision tensors): the same weights, its best case.
+The old code is slow (it dequantizes and reloads everything) and grows with the whole model, so it runs only on the
+sizes in --old-sizes; at the others `--table` extrapolates it linearly in bf16 bytes from the measured old rows
+(marked "~"). Checkpoints beyond the template are grown shard by shard (tests/fixtures/kimi_k25_grow.py): making them
+with llm-compressor would need ~4x their bf16 bytes.
 Results go to benchmarks/results/build_memory.json; docs/build.md extrapolates them to K2.6.
 """
 
@@ -49,17 +54,25 @@ def worker(recipe: str, model: str, workdir: str) -> None:
     base = _rss_kb("VmRSS:")
     t0 = time.time()
     out = {"recipe": recipe, "ok": True}
+    stages: dict[str, int] = {}
+
+    def on_stage(name: str, seconds: float | None) -> None:
+        # the high-water mark when each stage (or progress step) ends: which stage set the peak
+        if seconds is not None or name.startswith(("calibrate: layer", "load:")):
+            stages[name.split(" (")[0]] = _rss_kb("VmHWM:") * 1024
+
     try:
-        build(recipe, model=model, workdir=workdir, trust_remote_code=True, **CALIB)
+        build(recipe, model=model, workdir=workdir, trust_remote_code=True, on_stage=on_stage, **CALIB)
     except Exception as e:  # noqa: BLE001 -- reported, not raised: the old code on a wrapper is expected to fail
         out |= {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
     peak = _rss_kb("VmHWM:")
     out |= {"seconds": round(time.time() - t0, 1), "peak_rss": peak * 1024, "base_rss": base * 1024,
-            "peak_above_base": max(0, peak - base) * 1024}
+            "peak_above_base": max(0, peak - base) * 1024, "peak_by_stage": stages}
     print("RESULT " + json.dumps(out), flush=True)
 
 
 def run_build(recipe: str, model: Path, code: Path, tmp: Path) -> dict:
+    """One build of `model` with the qverify package under `code`, in a fresh process."""
     env = os.environ | {"PYTHONPATH": f"{code}", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     wd = Path(tempfile.mkdtemp(dir=tmp))
     p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", recipe, str(model), str(wd)],
@@ -88,9 +101,9 @@ def flat_copy(wrapper: Path, out: Path) -> Path:
     return out
 
 
-def old_code(tmp: Path, ref: str) -> Path:
+def code_at(tmp: Path, ref: str, name: str = "old") -> Path:
     """qverify as on `ref`, unpacked into tmp (read from git, no worktree touched)."""
-    dst = tmp / "old"
+    dst = tmp / name
     dst.mkdir()
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "qverify"], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dst)], input=archive, check=True)
@@ -124,36 +137,49 @@ def _numel(shape) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="3x8,5x16,7x32,9x64", help="LAYERSxEXPERTS,... (layer 0 is dense)")
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--old-ref", default="main", help="git ref of the old code")
+    ap.add_argument("--sizes", default="16x128,4x16,8x32,12x64", help="LAYERSxEXPERTS,... (layer 0 is dense)")
+    ap.add_argument("--old-sizes", default="4x16,8x32", help="the sizes the old code runs on (else extrapolated)")
+    ap.add_argument("--hidden", type=int, default=512)
+    # 0070da0 brought the layer-by-layer build; its parent is the code the issue measured
+    ap.add_argument("--old-ref", default="0070da0^", help="git ref of the old code")
+    ap.add_argument("--new-ref", default=None, help="git ref of the new code (default: this checkout as it is)")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "qverify-bench"), help="checkpoint cache")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/build_memory.json"))
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from tests.fixtures.kimi_k25 import kimi_k25_dir
+    from tests.fixtures.kimi_k25_grow import grow_kimi_k25
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="qverify-buildmem-") as t:
         tmp = Path(t)
-        old = old_code(tmp, a.old_ref)
+        old = code_at(tmp, a.old_ref)
+        new = code_at(tmp, a.new_ref, "new") if a.new_ref else ROOT
+        template = kimi_k25_dir(Path(a.cache), layers=2, experts=4, hidden=a.hidden)
         for spec in a.sizes.split(","):
             layers, experts = (int(x) for x in spec.split("x"))
-            src = kimi_k25_dir(Path(a.cache), layers=layers, experts=experts, hidden=a.hidden)
-            flat = flat_copy(src, tmp / f"flat-{spec}")
+            src = Path(a.cache) / f"grown-{template.name}-{spec}"
+            if not (src / "config.json").is_file():
+                grow_kimi_k25(template, src, layers, experts)
+            runs_old = spec in a.old_sizes.split(",")
+            flat = flat_copy(src, tmp / f"flat-{spec}") if runs_old else None
             params, routed = _params(src)
             row = {"size": spec, "params": params, "routed_params": routed, "packed_bytes": _packed(src),
                    "bf16_bytes": 2 * params}
             for recipe in RECIPES:
                 print(f"{spec} {recipe} ...", file=sys.stderr, flush=True)
-                row[f"new:{recipe}"] = run_build(recipe, src, ROOT, tmp)
-                row[f"old:{recipe}"] = run_build(recipe, flat, old, tmp)
-                row[f"old-wrapper:{recipe}"] = {"ok": None} if spec != a.sizes.split(",")[0] else run_build(recipe, src, old, tmp)
-            shutil.rmtree(flat)
+                row[f"new:{recipe}"] = run_build(recipe, src, new, tmp)
+                if runs_old:
+                    row[f"old:{recipe}"] = run_build(recipe, flat, old, tmp)
+                    if spec == a.old_sizes.split(",")[0]:
+                        row[f"old-wrapper:{recipe}"] = run_build(recipe, src, old, tmp)
+            if flat is not None:
+                shutil.rmtree(flat)
             rows.append(row)
-            _print(row)
             Path(a.out).parent.mkdir(parents=True, exist_ok=True)  # after each size: a partial run keeps its rows
-            Path(a.out).write_text(json.dumps({"hidden": a.hidden, "calibration": CALIB, "rows": rows}, indent=2) + "\n")
+            Path(a.out).write_text(json.dumps({"hidden": a.hidden, "calibration": CALIB, "old_ref": a.old_ref,
+                                               "rows": rows}, indent=2) + "\n")
+            _print(row)
 
 
 def _print(row: dict) -> None:
@@ -161,7 +187,7 @@ def _print(row: dict) -> None:
     print(f"\n{row['size']}: {row['params'] / 1e6:.0f}M params ({row['routed_params'] / 1e6:.0f}M routed), "
           f"packed {row['packed_bytes'] * mb:.0f} MiB, bf16 {row['bf16_bytes'] * mb:.0f} MiB")
     for recipe in RECIPES:
-        new, old = row[f"new:{recipe}"], row[f"old:{recipe}"]
+        new, old = row[f"new:{recipe}"], row.get(f"old:{recipe}", {"ok": True, "error": "not run"})
         cells = []
         for tag, r in (("new", new), ("old(flat)", old)):
             cells.append(f"{tag} peak {r.get('peak_rss', 0) * mb:.0f} MiB (+{r.get('peak_above_base', 0) * mb:.0f} above base) "
@@ -173,23 +199,51 @@ def _print(row: dict) -> None:
     sys.stdout.flush()
 
 
+def old_fit(rows: list[dict], recipe: str) -> tuple[float, float] | None:
+    """(intercept, bytes per bf16 byte) of the old code's peak above base, least squares over its measured rows:
+    it holds the whole model dequantized (and reloads it to verify), so it grows linearly in the model's bf16 bytes."""
+    pts = [(r["bf16_bytes"], r[f"old:{recipe}"]["peak_above_base"]) for r in rows if (r.get(f"old:{recipe}") or {}).get("ok")]
+    if len(pts) < 2:
+        return None
+    n, sx, sy = len(pts), sum(x for x, _ in pts), sum(y for _, y in pts)
+    sxx, sxy = sum(x * x for x, _ in pts), sum(x * y for x, y in pts)
+    slope = (n * sxy - sx * sy) / (n * sxx - sx * sx)
+    return (sy - slope * sx) / n, slope
+
+
+def _old(r: dict, recipe: str, fit, base: float) -> tuple[float, float | None, str]:
+    """(old peak RSS, old seconds or None, '' if measured else '~')."""
+    o = r.get(f"old:{recipe}")
+    if o and o.get("ok"):
+        return o["peak_rss"], o["seconds"], ""
+    return base + fit[0] + fit[1] * r["bf16_bytes"], None, "~"
+
+
 def table(path: str) -> None:
-    """The results as the markdown table docs/build.md shows (MiB; peak above the libraries' base in brackets)."""
+    """The results as the markdown table docs/build.md shows: absolute peak RSS in MiB (the part above the libraries'
+    own footprint in brackets), wall seconds; the old code's figures marked ~ are extrapolated (`old_fit`)."""
     rows = sorted(json.loads(Path(path).read_text())["rows"], key=lambda r: r["params"])
-    print("| layers x experts | params (routed) | packed | bf16 | as_shipped new / old | fp8kv_nvfp4shared new / old | "
-          "new vs packed | new vs old |")
-    print("|---|---|---|---|---|---|---|---|")
     mb = 2**20
+    fits = {rc: old_fit(rows, rc) for rc in RECIPES}
+    base = sum(r[f"new:{rc}"]["base_rss"] for r in rows for rc in RECIPES) / (2 * len(rows))
+    print("| layers x experts | params (routed) | packed | bf16 | as_shipped: new / old | fp8kv_nvfp4shared: new / old | "
+          "candidate peak / packed | candidate new / old |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         cells = []
-        for recipe in RECIPES:
-            n, o = r[f"new:{recipe}"], r[f"old:{recipe}"]
+        for rc in RECIPES:
+            n = r[f"new:{rc}"]
+            o, secs, mark = _old(r, rc, fits[rc], base)
             cells.append(f"{n['peak_rss'] / mb:.0f} (+{n['peak_above_base'] / mb:.0f}), {n['seconds']:.0f} s / "
-                         f"{o['peak_rss'] / mb:.0f} (+{o['peak_above_base'] / mb:.0f}), {o['seconds']:.0f} s")
-        n, o = r["new:fp8kv_nvfp4shared"], r["old:fp8kv_nvfp4shared"]
+                         f"{mark}{o / mb:.0f}" + (f", {secs:.0f} s" if secs is not None else ""))
+        n = r["new:fp8kv_nvfp4shared"]
+        o, _, mark = _old(r, "fp8kv_nvfp4shared", fits["fp8kv_nvfp4shared"], base)
         print(f"| {r['size']} | {r['params'] / 1e6:.0f}M ({r['routed_params'] / 1e6:.0f}M) | {r['packed_bytes'] / mb:.0f} | "
-              f"{r['bf16_bytes'] / mb:.0f} | {cells[0]} | {cells[1]} | {n['peak_above_base'] / r['packed_bytes']:.2f}x | "
-              f"{n['peak_above_base'] / max(o['peak_above_base'], 1):.2f}x |")
+              f"{r['bf16_bytes'] / mb:.0f} | {cells[0]} | {cells[1]} | {n['peak_rss'] / r['packed_bytes']:.2f}x | "
+              f"{mark}{n['peak_rss'] / o:.2f}x |")
+    for rc, f in fits.items():
+        if f:
+            print(f"\nold {rc}: peak above base = {f[0] / mb:.0f} MiB + {f[1]:.2f} x bf16 bytes (fit over the measured rows)")
 
 
 if __name__ == "__main__":

@@ -94,8 +94,8 @@ class BuildManifest(Strict):
     tensor_hashes: dict[str, str] = Field(default_factory=dict, description="file -> tensor name -> sha256 (flattened 'file::name')")
     control: bool = Field(False, description="a lossy control build, expected to FAIL the gate")
     kv_scales: dict[str, Any] = Field(
-        default_factory=dict, description="FP8 KV: the k_scale SGLang will use and where the calibrated pair lives "
-                                          "(qverify/quantize/kv_scales.py)")
+        default_factory=dict, description="FP8 KV: the k_scale SGLang will use and compressed-tensors' pair "
+                                          "(1.0, not calibrated; qverify/quantize/kv_scales.py)")
     trust_remote_code: bool = Field(False, description="the source needs its own code (auto_map), explicitly allowed")
     source_quantization: dict[str, Any] | None = Field(
         None, description="what the source already carried (e.g. Kimi's INT4 routed experts), kept byte for byte")

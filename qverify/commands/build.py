@@ -34,15 +34,19 @@ def build_cmd(
     _quiet(s.verbose)
     from qverify.quantize.build import build
 
-    status = None if s.out.json_mode else s.out.err.status(f"building {recipe}")
+    # A spinner on a terminal; in a log (nohup, CI, a pipe) a spinner shows nothing, and a 1T build runs for an hour:
+    # there each progress step (stage, "calibrate: layer k of n", "copy: shard i of n (x of y GB)") is its own line.
+    status = s.out.err.status(f"building {recipe}") if not s.out.json_mode and s.out.err.is_terminal else None
 
     def on_stage(name: str, seconds: float | None) -> None:
-        if status is None:
+        if s.out.json_mode:
             return
-        if seconds is None:
+        if seconds is not None:
+            s.out.err.print(f"  [green]✓[/green] {name} [dim]{seconds:.1f}s[/dim]")
+        elif status is not None:
             status.update(f"[bold]{name}[/bold] …")
         else:
-            s.out.err.print(f"  [green]✓[/green] {name} [dim]{seconds:.1f}s[/dim]")
+            s.out.err.print(f"  {name} …", highlight=False, markup=False)
 
     if status:
         status.start()

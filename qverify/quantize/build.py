@@ -15,6 +15,7 @@ import errno
 import gc
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -33,7 +34,14 @@ from qverify.quantize.loader import DRAFTER_DIR, VerifyReport, verify_build
 from qverify.quantize.recipe import LoadedRecipe, load_recipe
 from qverify.quantize.shards import weight_map
 from qverify.quantize.shipped import read_shipped
-from qverify.quantize.source import carry_files, check_model_dir, copy_model, copy_tokenizer, files_hash, needs_remote_code
+from qverify.quantize.source import (
+    carry_files,
+    check_model_dir,
+    copy_model,
+    copy_tokenizer,
+    files_hash,
+    needs_remote_code,
+)
 from qverify.versions import BUILD_PACKAGES, package_versions
 from qverify.workdir import Workdir, is_build, manifest_path
 
@@ -93,13 +101,19 @@ def _is_disk_full(e: BaseException) -> bool:
 
 
 def clean_stale(out: Path) -> None:
-    """Remove temp dirs of earlier builds of this output whose process is gone."""
-    for p in out.parent.glob(f".{out.name}.tmp-*"):
+    """Remove what builds of this output left when their process died: the temp dir (`.<id>.tmp-<pid>`), its
+    scratch dir (`.tmp-<pid>.scratch`, llm-compressor's save on the streamed path) and a replaced build being
+    swapped out (`.<id>.old-<pid>`). A running build's dirs are kept."""
+    pattern = re.compile(rf"^\.{re.escape(out.name)}\.(?:tmp|old)-(\d+)(?:\.scratch)?$")
+    for p in out.parent.glob(f".{out.name}.*"):
+        m = pattern.match(p.name)
+        if m is None:
+            continue
         try:
-            os.kill(int(p.name.rsplit("-", 1)[1]), 0)
-        except (ValueError, ProcessLookupError):
+            os.kill(int(m[1]), 0)
+        except ProcessLookupError:
             shutil.rmtree(p, ignore_errors=True)
-        except PermissionError:
+        except PermissionError:  # another user's live process
             pass
 
 
@@ -147,7 +161,9 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
         if trust_remote_code:  # only when set, so ids of existing builds do not change
             key["trust_remote_code"] = True
         if rec.serving.kv_cache_dtype == "fp8_e4m3":  # FP8-KV builds before issue #28 carried a scale SGLang loads
-            key["kv_scales"] = "sglang-scale-one"  # (kv_scales.py): a new id, so a cached old one is never reused
+            # (kv_scales.py), and before #27 a calibrated pair (compress.split_kv): a new id, so a cached old one is
+            # never reused
+            key["kv_scales"] = "uncalibrated-scale-one"
         build_id = f"{rec.name}-{content_hash(key, 12)}"
         out_dir = Path(out).expanduser().resolve() if out else Workdir.at(workdir).build_dir(build_id)
         reused = reuse_existing(out_dir, build_id, force)

@@ -65,14 +65,56 @@ def check_targets(model, recipe, where: str) -> None:
                            fix="drop kv_cache_scheme from the recipe")
 
 
+def split_kv(stage: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(the stage without its kv_cache_scheme, or None when nothing is left to calibrate; the KV scheme or None).
+
+    FP8 KV is never calibrated: SGLang 0.5.23 writes the MLA latent to FP8 with scale 1 and loads no calibrated pair
+    (kv_scales.py; docs/serve.md, 'FP8 KV on SGLang'), and the embedded engine computes what SGLang does. Observing
+    K and V would cost calibration work for scales no engine uses, so the scheme is applied data-free with scale 1."""
+    import copy
+
+    rest, kv = copy.deepcopy(stage), None
+    for name, body in list(rest.items()):
+        for group, mods in list(body.items()):
+            for mod, args in list(mods.items()):
+                kv = args.pop("kv_cache_scheme", None) or kv
+                if not set(args) - {"ignore"}:  # only the KV scheme was asked of this modifier
+                    del mods[mod]
+            if not mods:
+                del body[group]
+        if not body:
+            del rest[name]
+    return rest or None, kv
+
+
+def apply_kv_scale_one(model, kv: dict[str, Any]) -> int:
+    """The recipe's KV scheme on every cached attention, scales 1.0 (a plain FP8 cast, as SGLang's MLA cache);
+    compressed-tensors saves it as the checkpoint's kv_cache_scheme and k_scale/v_scale pair. Returns how many."""
+    import torch
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig, QuantizationStatus
+    from compressed_tensors.quantization.lifecycle.apply import apply_quantization_config
+    from compressed_tensors.quantization.lifecycle.initialize import is_cached_attention_module
+
+    apply_quantization_config(model, QuantizationConfig(config_groups={}, kv_cache_scheme=QuantizationArgs(**kv),
+                                                        quantization_status=QuantizationStatus.FROZEN))
+    n = 0
+    with torch.no_grad():
+        for m in model.modules():
+            if is_cached_attention_module(m) and hasattr(m, "k_scale"):
+                m.k_scale.fill_(1.0)
+                m.v_scale.fill_(1.0)
+                n += 1
+    return n
+
+
 def quantize(model, stage: dict[str, Any], dataset, seq_len: int, pipeline: str, where: str, processor=None,
              all_experts: bool = True):
     """Run oneshot in place and return the model (experts linearized, quantization applied).
 
+    Only what the recipe changes is calibrated: a KV scheme is applied with scale 1 (`split_kv`), not observed.
     `all_experts=False` routes each calibration token only to the experts its router picks (llm-compressor's
     `moe_calibrate_all_experts`, default True, runs every expert on every token): right when the recipe leaves the
     routed experts alone, since nothing it calibrates reads their inputs, and the forward then matches serving."""
-    from llmcompressor import oneshot
     from llmcompressor.modeling.moe.linearize import linearize_moe
 
     recipe = lc_recipe(stage, where)
@@ -80,6 +122,21 @@ def quantize(model, stage: dict[str, Any], dataset, seq_len: int, pipeline: str,
     # check see the per-expert Linear modules that patterns like `re:.*experts.*` select.
     linearize_moe(model)
     check_targets(model, recipe, where)
+    calibrated, kv = split_kv(stage)
+    if calibrated is not None:
+        _oneshot(model, lc_recipe(calibrated, where), dataset, seq_len, pipeline, processor, all_experts)
+    if kv is not None:
+        apply_kv_scale_one(model, kv)
+        if calibrated is None:  # oneshot did not run: give the model llm-compressor's compressed save all the same
+            from llmcompressor.transformers.compression.compressed_tensors_utils import modify_save_pretrained
+
+            modify_save_pretrained(model)
+    return model
+
+
+def _oneshot(model, recipe, dataset, seq_len: int, pipeline: str, processor, all_experts: bool) -> None:
+    from llmcompressor import oneshot
+
     # The sequential pipeline runs one decoder layer at a time, onloading it to the GPU when there is one (llm-compressor
     # picks the device) while the rest stays offloaded on CPU: how a 1T-parameter model calibrates, as in
     # llm-compressor's DeepSeek/Kimi examples. `basic` runs the whole model per batch (faster for tiny models on CPU).
@@ -89,7 +146,6 @@ def quantize(model, stage: dict[str, Any], dataset, seq_len: int, pipeline: str,
             moe_calibrate_all_experts=all_experts,
             # given explicitly: llm-compressor would otherwise load it from the model path without trust_remote_code
             **({"processor": processor} if processor is not None else {}), **extra)
-    return model
 
 
 def noise_shared_experts(model, scale: float, seed: int) -> int:

@@ -13,8 +13,8 @@ For MLA the cache holds one 576-value latent per token (512 compressed KV + 64 r
   k_scale (`TRTLLMMLABackend._compute_decode_bmm1_scale`). A loaded scale s != 1 therefore scales decode logits by s
   for K that was never divided by s (docs/serve.md, "FP8 KV on SGLang", has the per-backend table).
 So a build for SGLang carries no SGLang-visible MLA scale (1.0 is tolerated: it changes nothing), and FP8 KV needs no
-calibration for SGLang. The calibrated pair stays under compressed-tensors' names, which SGLang does not load; the
-manifest's `kv_scales` says so. Only a control (`corrupt.sglang_k_scale`, the fp8kv_badscale recipe) writes another
+calibration: qverify applies the KV scheme data-free (compress.split_kv), so compressed-tensors' pair, which SGLang does
+not load, is 1.0 too, and HF + compressed-tensors computes SGLang's plain cast; the manifest's `kv_scales` says so. Only a control (`corrupt.sglang_k_scale`, the fp8kv_badscale recipe) writes another
 value under SGLang's name, and only the value its manifest declares is accepted.
 """
 
@@ -59,13 +59,14 @@ def sglang_scale_layer(name: str) -> int:
 
 
 def manifest_kv_scales(kv_fp8: bool, sglang_k_scale: float | None) -> dict[str, Any]:
-    """build.json's `kv_scales`: which scale SGLang will use and where the calibrated one lives."""
+    """build.json's `kv_scales`: which scale SGLang will use, and the compressed-tensors pair (1.0, compress.split_kv)."""
     if not kv_fp8:
         return {}
     return {"sglang_k_scale": 1.0 if sglang_k_scale is None else float(sglang_k_scale),
             "sglang_visible": SGLANG_SCALES_SHARD if sglang_k_scale is not None else None,
-            "calibrated": "model.layers.N.self_attn.k_scale / v_scale (compressed-tensors' names)",
-            "note": "SGLang 0.5.23 does not load the calibrated pair; its MLA cache is a plain FP8 cast with scale 1"}
+            "compressed_tensors_pair": "model.layers.N.self_attn.k_scale / v_scale = 1.0 (not calibrated)",
+            "note": "SGLang 0.5.23's MLA cache is a plain FP8 cast with scale 1; the pair is 1.0 so HF + "
+                    "compressed-tensors computes the same"}
 
 
 def declared_sglang_k_scale(build_dir: Path) -> float:

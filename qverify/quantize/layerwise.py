@@ -79,24 +79,23 @@ class LayerOnloader:
         return pre
 
     def onload(self, i: int) -> None:
+        from contextlib import ExitStack
+
         from safetensors import safe_open
 
         if self.progress:
             self.progress(f"calibrate: layer {i + 1} of {self.n} (dequantizing {len(self.by_layer[i])} experts' weights)")
-        modules = self.by_layer[i]
-        per_shard: dict[str, list[str]] = {}
-        for text in modules:
-            for t in self.shipped.modules[self.layout.full_name(text)]:
-                per_shard.setdefault(self.shipped.shard_of[t], []).append(t)
-        packed: dict[str, dict] = {}
-        for shard, names in per_shard.items():
-            with safe_open(self.dir / shard, "pt") as f:
-                for t in names:
-                    module, leaf = t.rsplit(".", 1)
-                    packed.setdefault(module, {})[leaf] = f.get_tensor(t)
-        for text in modules:
-            full = self.layout.full_name(text)
-            _set_weight(self.model.get_submodule(text), dequantize(full, packed.pop(full), self.shipped.config, self.dtype))
+        # One module's packed tensors at a time (not the whole layer's: 0.28x a layer of bf16 experts held at the peak)
+        with ExitStack() as files:
+            opened: dict[str, object] = {}
+            for text in self.by_layer[i]:
+                full, packed = self.layout.full_name(text), {}
+                for t in self.shipped.modules[full]:
+                    shard = self.shipped.shard_of[t]
+                    if shard not in opened:
+                        opened[shard] = files.enter_context(safe_open(self.dir / shard, "pt"))
+                    packed[t.rsplit(".", 1)[1]] = opened[shard].get_tensor(t)
+                _set_weight(self.model.get_submodule(text), dequantize(full, packed, self.shipped.config, self.dtype))
         self.current = i
 
     def release(self) -> None:

@@ -102,6 +102,29 @@ def test_fp8kv_nvfp4shared_has_both(built):
     assert next(iter(qc["config_groups"].values()))["format"] == "nvfp4-pack-quantized"
 
 
+@pytest.mark.parametrize("recipe, calibrated", [("fp8kv_nvfp4shared", [["re:.*shared_experts.*"]]), ("fp8kv", [])])
+def test_fp8_kv_is_not_calibrated(tiny_model, monkeypatch, recipe, calibrated):
+    """SGLang casts the MLA latent to FP8 with scale 1 and loads no calibrated pair, so no KV observer runs: oneshot
+    sees only the NVFP4 shared experts (fp8kv: no oneshot at all) and the KV scheme lands with scale 1.0.
+    Old code handed oneshot the recipe's kv_cache_scheme (K/V observed on every calibration token)."""
+    import llmcompressor
+    import torch
+
+    from qverify.quantize import compress
+    from qverify.quantize.recipe import load_recipe
+
+    seen = []
+    monkeypatch.setattr(llmcompressor, "oneshot", lambda **kw: seen.append(kw["recipe"]))
+    model = compress.load_source(tiny_model)
+    compress.quantize(model, load_recipe(recipe).recipe.target, [0], 8, "basic", recipe)
+    mods = [m for r in seen for m in r.modifiers]
+    assert not [m for m in mods if getattr(m, "kv_cache_scheme", None)]
+    assert [m.targets for m in mods] == calibrated
+    for layer in model.model.layers:
+        assert torch.equal(layer.self_attn.k_scale.detach().float(), torch.ones_like(layer.self_attn.k_scale, dtype=torch.float))
+        assert torch.equal(layer.self_attn.v_scale.detach().float(), torch.ones_like(layer.self_attn.v_scale, dtype=torch.float))
+
+
 def test_fp8drafter_quantizes_the_drafter_only(built):
     res = built("fp8drafter")
     assert "quantization_config" not in _config(res.build_dir)
@@ -130,7 +153,7 @@ def test_nvfp4_all_quantizes_every_linear_but_lm_head(built):
 
 def test_badscale_is_fp8kv_plus_a_scale_sglang_loads(built):
     """fp8kv carries no SGLang-visible MLA scale (SGLang casts its latent with scale 1); the control adds exactly its
-    declared one, and both keep the same calibrated pair under compressed-tensors' names (which SGLang skips)."""
+    declared one, and both keep the same pair (1.0, not calibrated) under compressed-tensors' names (which SGLang skips)."""
     import torch
 
     from qverify.quantize.kv_scales import sglang_kv_scale_name, sglang_scales_in_dir

@@ -153,3 +153,42 @@ def test_killed_build_never_looks_valid(tiny_model, wd, capsys):
     stale = left[0]
     clean_stale(builds / stale.name.split(".tmp-")[0].lstrip("."))  # what the next build of that id does first
     assert not stale.exists()
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def test_stale_dirs_of_dead_builds_go_and_a_running_builds_stay(wd):
+    """What a killed build leaves (temp dir with build.json, the streamed path's scratch dir, a replaced build being
+    swapped out) is never a build the gate takes, and the next build of that id removes it; a running build's dirs
+    (this process stands in for one) are kept. Old code removed the live scratch dir and kept the dead `.old-`."""
+    from qverify.errors import BadInput
+    from qverify.quantize.build import clean_stale
+    from qverify.workdir import Workdir
+
+    w = Workdir.at(wd)
+    out = w.build_dir("fp8kv_nvfp4shared-0123456789ab")
+    names = {pid: [f".{out.name}.tmp-{pid}", f".{out.name}.tmp-{pid}.scratch", f".{out.name}.old-{pid}"]
+             for pid in (os.getpid(), _dead_pid())}
+    for name in [n for group in names.values() for n in group]:
+        (out.parent / name).mkdir(parents=True)
+        (out.parent / name / "build.json").write_text("{}")
+    assert w.build_dirs() == []
+    with pytest.raises(BadInput, match="no build"):
+        w.resolve_build("fp8kv_nvfp4shared")
+    clean_stale(out)
+    assert sorted(p.name for p in out.parent.iterdir()) == sorted(names[os.getpid()])
+
+
+def test_build_progress_reaches_a_log(capsys, wd, kimi_k25):
+    """In a log (stderr not a terminal) each progress step is a line: stage, shard i of n, bytes. A spinner there
+    showed nothing until a stage ended (old code: no 'copy: shard' line)."""
+    code, _, err = run(capsys, "--workdir", str(wd), "build", "--recipe", "as_shipped", "--model", str(kimi_k25),
+                       "--trust-remote-code")
+    assert code == 0, err
+    shards = len(list(kimi_k25.glob("*.safetensors")))
+    assert f"copy: shard {shards} of {shards} (" in err and " GB)" in err
+    assert err.index("resolve …") < err.index("copy: shard 1 of") < err.index("✓ verify")

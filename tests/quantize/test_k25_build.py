@@ -78,7 +78,7 @@ def test_candidate_keeps_every_name_int4_vision_and_files(k25_built, kimi_k25):
 
 
 def test_kv_scale_names_keep_the_wrapper_prefix(k25_built):
-    """The calibrated pair keeps the wrapper's `language_model.` names; SGLang sees no MLA scale in the production
+    """The compressed-tensors pair (1.0, not calibrated) keeps the wrapper's `language_model.` names; SGLang sees no MLA scale in the production
     candidate (issue 28), and the name it would load is recognised under the prefix (so a stray one is refused)."""
     from qverify.quantize.kv_scales import is_sglang_kv_scale, sglang_kv_scale_name
 

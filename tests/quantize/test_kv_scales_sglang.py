@@ -66,7 +66,7 @@ def test_the_production_candidate_gives_sglang_scale_one(kimi_built):  # noqa: F
     (BaseKVCacheMethod.create_weights' -1.0, turned into 1.0 by process_weights_after_loading): the plain-cast
     latent is read unscaled by every backend (docs/serve.md, 'FP8 KV on SGLang')."""
     d = kimi_built("fp8kv_nvfp4shared").build_dir
-    assert any(n.endswith("self_attn.k_scale") for n in _build_scales(d))  # the calibrated pair is still there
+    assert any(n.endswith("self_attn.k_scale") for n in _build_scales(d))  # compressed-tensors' pair (1.0) is still there
     assert _what_sglang_loads(d) == {}
     assert _scales_used(-1.0) == (1.0, 1.0)
 

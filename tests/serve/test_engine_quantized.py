@@ -135,7 +135,7 @@ def _fp8_reference(x: torch.Tensor, scale: float) -> torch.Tensor:
 
 @pytest.mark.parametrize("recipe", ["fp8kv", "fp8kv_badscale"])
 def test_fp8_latent_is_a_scale_one_cast_of_all_576_values(built, ids, recipe):
-    """SGLang casts the latent to FP8 with scale 1, whatever the build's calibrated pair (kv_fp8.py): layer 0's cache
+    """SGLang casts the latent to FP8 with scale 1, whatever compressed-tensors' pair in the build (kv_fp8.py): layer 0's cache
     is HF's unquantized latent through a plain e4m3 round trip (no value clips), and every layer's rows are e4m3 values.
     (Later layers differ from HF + compressed-tensors by design: SGLang's prefill attends over the unrounded latent.)"""
     lm = built(recipe)
