@@ -89,7 +89,7 @@ def default_plan_rows(trials: int, rng: np.random.Generator, sequence_trials: in
           f"suites {', '.join(f'{k}: {v.model}' for k, v in GATE_SUITES.items())}, tol {TOL}, FAIL family {family})")
     print("| true state | trials | P(PASS) | P(FAIL) | median requests | run_sequence trials | P(PASS) | P(FAIL) |")
     print("|---|---|---|---|---|---|---|---|")
-    for label, state, k in (("all Δ=0", {}, 1), ("toolcall -tol", {"toolcall": -1.0}, 5),
+    for label, state, k in (("all Δ=0", {}, 1), ("toolcall -tol/2", {"toolcall": -0.5}, 1), ("toolcall -tol", {"toolcall": -1.0}, 5),
                             ("toolcall -2 tol", {"toolcall": -2.0}, 1), ("all -2 tol", {s: -2.0 for s in GATE_SUITES}, 1)):
         w = whole_gate(state, trials * k, rng, looks, levels)  # the rate compared with 5%: 5x the trials
         seq = "| 0 | - | -"
