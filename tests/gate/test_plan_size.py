@@ -10,7 +10,7 @@ from scipy import stats as sps
 
 from qverify.config import QVerifyConfig
 from qverify.gate.budget import make_plan
-from qverify.gate.plan_size import MAX_ROUNDS, SIGMA, default_budget, plan_rounds
+from qverify.gate.plan_size import MAX_ROUNDS, SIGMA, default_budget, plan_rounds, suite_rounds
 from qverify.suites import get_suite
 
 SUITES = QVerifyConfig().suites  # the embedded default's
@@ -54,4 +54,6 @@ def test_a_suite_that_needs_few_rounds_does_not_shorten_the_others_looks():
     easy = {"toolcall/exact_call": 0.5, "toolcall/trigger": 0.5}
     plan, _ = _plan(["toolcall", "kld"], easy)
     assert plan_rounds(["toolcall"], {"toolcall": 60}, plan.alpha, easy) == 1
-    assert plan.looks == plan_rounds(["kld"], {"kld": 150}, plan.alpha) > 1
+    family = sum(m.gated for s in ("toolcall", "kld") for m in get_suite(s).gate_metrics)
+    kld = [(m.tolerance, m.cap or 1.0) for m in get_suite("kld").gate_metrics if m.gated]
+    assert plan.looks == suite_rounds(kld, 150, plan.alpha, family) > 1
