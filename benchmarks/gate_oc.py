@@ -258,11 +258,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--only-sequential", action="store_true", help="skip the fixed-design grid")
     ap.add_argument("--issue29", action="store_true", help="only the issue-29 rows (benchmarks/gate_oc_rows.py)")
+    ap.add_argument("--default-plan", action="store_true", help="only issue 29's whole budgeted gates at the default plan")
+    ap.add_argument("--sequence-trials", type=int, default=0, help="also gate this many trials per state through "
+                                                                     "run_sequence (benchmarks/gate_oc_sequence.py)")
     a = ap.parse_args(argv)
+    if a.default_plan:
+        from gate_oc_rows import default_plan_rows
+
+        default_plan_rows(a.trials, np.random.default_rng(a.seed), a.sequence_trials)
+        return 0
     if a.issue29:
         from gate_oc_rows import issue29_rows
 
-        issue29_rows(a.trials, np.random.default_rng(a.seed))
+        issue29_rows(a.trials, np.random.default_rng(a.seed), a.sequence_trials)
         return 0
     rng = np.random.default_rng(a.seed)
     t0 = time.time()

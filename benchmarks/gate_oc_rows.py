@@ -12,9 +12,9 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from gate_oc import TOL, GATE_SUITES, Point, fixed, gate_design, whole_gate
+from gate_oc import GATE_SUITES, TOL, Point, design_levels, fixed, whole_gate
 
-from qverify.gate.plan_size import suite_items
+from qverify.gate.boundaries import SPEND_GAMMA
 from qverify.gate.rule import Evidence, measure
 from qverify.suites.kld import KLD_CAP
 
@@ -27,7 +27,7 @@ def kl_draw(family: str, shape: float, mean: float, size, rng: np.random.Generat
     return rng.pareto(shape, size) * mean * (shape - 1)  # Lomax, tail index `shape`
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kl_mean_for(family: str, shape: float, excess: float) -> float:
     """Raw mean KL of the candidate whose capped mean exceeds the baseline's capped own KL (Gamma(0.5), mean
     KL_SELF) by `excess` (bisection on 1M draws)."""
@@ -48,7 +48,7 @@ def kl_rates(family: str, shape: float, excess: float, n: int, trials: int, rng:
     return {"PASS": float(np.mean(b.lower > -KL_TOL)), "FAIL": float(np.mean(b.upper < -KL_TOL)), "raw_mean": m}
 
 
-def issue29_rows(trials: int, rng: np.random.Generator) -> None:
+def issue29_rows(trials: int, rng: np.random.Generator, sequence_trials: int = 0) -> None:
     print(f"# issue 29 rows; {trials} independent trials per rate; alpha 0.05\n")
     print("| row | model | damage | coupling | rep corr | n | K | tol | P(FAIL|0) | P(PASS|-tol) | P(PASS|0) | P(FAIL|-2tol) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -71,14 +71,30 @@ def issue29_rows(trials: int, rng: np.random.Generator) -> None:
             r0, r1, r2 = (kl_rates(fam, shape, e * KL_TOL, n, trials, rng) for e in (0.0, 1.0, 2.0))
             print(f"| {fam} {shape} | {n} | {r1['raw_mean']:.4f} | {r0['FAIL']:.4f} | {r1['PASS']:.4f} | {r0['PASS']:.3f} | "
                   f"{r2['FAIL']:.3f} |", flush=True)
-    first = 60
-    rounds = suite_items([(TOL, 1.0)], first, 0.05) // first
-    looks, levels = gate_design(None, trials, rng, first, rounds)
-    print(f"\n# whole budgeted gates at the default plan ({rounds} rounds of {first} items per open suite, "
-          f"suites {', '.join(f'{k}: {v.model}' for k, v in GATE_SUITES.items())}, tol {TOL})")
-    print("| true state | P(PASS) | P(FAIL) | median requests |")
-    print("|---|---|---|---|")
-    for label, state in (("all Δ=0", {}), ("toolcall -tol", {"toolcall": -1.0}), ("toolcall -2 tol", {"toolcall": -2.0}),
-                         ("all -2 tol", {s: -2.0 for s in GATE_SUITES})):
-        w = whole_gate(state, trials, rng, looks, levels)
-        print(f"| {label} | {w['PASS']:.4f} | {w['FAIL']:.4f} | {w['median_requests']:.0f} |", flush=True)
+    default_plan_rows(trials, rng, sequence_trials)
+
+
+def default_plan_rows(trials: int, rng: np.random.Generator, sequence_trials: int = 0) -> None:
+    """Whole budgeted gates at the plan `qverify gate --recipe R` makes with no qverify.toml: J looks (plan_size on
+    the embedded default's suites), rounds of 60, FAIL family-wise over its 15 gated metrics. The rates come from
+    gate_oc.whole_gate (paired_bounds at design_levels, as run_gate at each look); with sequence_trials, the same
+    states are also gated through run_sequence itself (gate_oc_sequence.py), as a check of that shortcut."""
+    from gate_oc_sequence import BYSTANDERS, FIRST, default_rounds, whole_gates
+
+    rounds = default_rounds()
+    family = len(GATE_SUITES) + BYSTANDERS
+    looks = [FIRST * j for j in range(1, rounds + 1)]
+    levels = design_levels(looks, 0.05, SPEND_GAMMA, family)
+    print(f"\n# whole budgeted gates at the default plan ({rounds} looks, rounds of {FIRST} items per open suite, "
+          f"suites {', '.join(f'{k}: {v.model}' for k, v in GATE_SUITES.items())}, tol {TOL}, FAIL family {family})")
+    print("| true state | trials | P(PASS) | P(FAIL) | median requests | run_sequence trials | P(PASS) | P(FAIL) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, state, k in (("all Δ=0", {}, 1), ("toolcall -tol/2", {"toolcall": -0.5}, 1), ("toolcall -tol", {"toolcall": -1.0}, 5),
+                            ("toolcall -2 tol", {"toolcall": -2.0}, 1), ("all -2 tol", {s: -2.0 for s in GATE_SUITES}, 1)):
+        w = whole_gate(state, trials * k, rng, looks, levels)  # the rate compared with 5%: 5x the trials
+        seq = "| 0 | - | -"
+        if sequence_trials:
+            r = whole_gates(state, sequence_trials, rng, rounds)
+            seq = f"| {sequence_trials} | {r['PASS']:.3f} | {r['FAIL']:.3f}"
+        print(f"| {label} | {trials * k} | {w['PASS']:.4f} | {w['FAIL']:.4f} | {w['median_requests']:.0f} {seq} |",
+              flush=True)

@@ -1,14 +1,17 @@
 """The default request budget of `qverify gate`: sized from the suites' tolerances, before any run.
 
 Per gated metric with tolerance tol on a per-item difference bounded by `scale` (1 for rates, the cap
-for a capped distance), the items a fixed design needs for P(PASS | 0) and P(FAIL | -2 tol) of 0.8
-(Miller 2024's MDE: n = ((z_{1-alpha} + z_{0.8}) sigma / tol)^2), with sigma = SIGMA * scale, and at
-least EXACT_FLOOR ln(1/alpha) scale / tol, what the exact bound needs when few items change
-(qverify.gate.betting: an unchanged build's bound is about -ln(1/alpha)/n at best). A suite gets the
-most any of its metrics needs, rounded up to whole rounds of its first look and capped at
-MAX_ROUNDS rounds (a suite that needs more is left to the report's advice). The budget is the
-requests of those rounds on every build, so the verdict does not depend on the machine's speed.
-SIGMA and EXACT_FLOOR were read off benchmarks/gate_oc.py's item models (docs/gate.md).
+for a capped distance), the items a fixed design needs for P(FAIL | -2 tol) of 0.8 with FAIL tested
+family-wise (Holm's first step: alpha / F over the build's F declared gated metrics) and so also
+P(PASS | 0) of 0.8 (Miller 2024's MDE: n = ((z_{1-alpha/F} + z_{0.8}) sigma / tol)^2, sigma = SIGMA * scale),
+times SEQ_INFLATION for spreading alpha over the looks, and at least EXACT_FLOOR ln(1/alpha) scale / tol,
+what the exact bound needs when few items change (qverify.gate.betting: an unchanged build's bound is
+about -ln(1/alpha)/n at best). A suite needs the most any of its metrics needs, in whole rounds of its
+first look, at most MAX_ROUNDS. The plan is J = the most rounds any suite needs, for every suite (the
+looks' information fractions j/J are common to all suites, qverify.gate.budget.Plan), so the budget is J
+full rounds on every build; suites stop as soon as they are decided, so a gate rarely spends it all.
+The verdict does not depend on the machine's speed. SIGMA and SEQ_INFLATION were read off
+benchmarks/gate_oc.py's item models and whole budgeted gates (docs/gate.md, "Whole budgeted gates").
 """
 
 from __future__ import annotations
@@ -17,30 +20,39 @@ import math
 
 from scipy import stats as sps
 
-SIGMA = 0.35  # per-item SD of d in units of its range: a noisy 0/1 suite at 3 replicates, coupling 0
+# per-item SD of d in units of its range: gate_oc's "noisy" model (toolcall-like, 25% of items flip run to
+# run) at Delta = -2 tol, 3 replicates, coupling 0.5, diffuse damage (0.131 at Delta = 0; concentrated
+# damage at -2 tol: 0.264, which this plan does not reach 0.8 power for)
+SIGMA = 0.19
+SEQ_INFLATION = 1.25  # a group-sequential design (gamma 1, ~10 looks) needs ~1.25x the fixed design's items
 EXACT_FLOOR = 2.0
-MAX_ROUNDS = 4
+MAX_ROUNDS = 12  # rounds of the first look: 12 x 60 = 720 items of a default-sized suite
 
 
-def items_needed(tol: float, scale: float, alpha: float) -> int:
-    z = sps.norm.ppf(1 - alpha) + sps.norm.ppf(0.8)
-    return math.ceil(max((z * SIGMA * scale / tol) ** 2, EXACT_FLOOR * math.log(1 / alpha) * scale / tol))
+def items_needed(tol: float, scale: float, alpha: float, family: int = 1) -> int:
+    z = sps.norm.ppf(1 - alpha / max(family, 1)) + sps.norm.ppf(0.8)
+    return math.ceil(max(SEQ_INFLATION * (z * SIGMA * scale / tol) ** 2, EXACT_FLOOR * math.log(1 / alpha) * scale / tol))
 
 
-def suite_items(tolerances: list[tuple[float, float]], first: int, alpha: float) -> int:
-    """Items for one suite: (tolerance, scale) of each of its gated metrics, its first look's items."""
-    need = max((items_needed(t, s, alpha) for t, s in tolerances if t > 0), default=first)
-    return first * min(MAX_ROUNDS, max(1, math.ceil(need / first)))
+def suite_rounds(tolerances: list[tuple[float, float]], first: int, alpha: float, family: int = 1) -> int:
+    """Rounds of `first` items one suite needs: (tolerance, scale) of each of its gated metrics."""
+    need = max((items_needed(t, s, alpha, family) for t, s in tolerances if t > 0), default=first)
+    return min(MAX_ROUNDS, max(1, math.ceil(need / first)))
+
+
+def plan_rounds(suites: list[str], first: dict[str, int], alpha: float,
+                overrides: dict[str, float | None] | None = None) -> int:
+    """J: the most rounds any suite needs (its own gate_metrics; config tolerances win), FAIL family-wise over
+    every gated metric the suites declare (a family like longctx/accuracy@* counts once: it expands later)."""
+    from qverify.suites import get_suite
+
+    specs = {s: [m for m in get_suite(s).gate_metrics if m.gated] for s in suites}
+    family = sum(len(v) for v in specs.values())
+    tols = {s: [((overrides or {}).get(m.name) or m.tolerance, m.cap or 1.0) for m in v] for s, v in specs.items()}
+    return max((suite_rounds(tols[s], first[s], alpha, family) for s in suites), default=1)
 
 
 def default_budget(suites: list[str], first: dict[str, int], replicates: int, n_builds: int, alpha: float,
                    overrides: dict[str, float | None] | None = None) -> int:
-    """Requests for every build to reach each suite's items (suites' own gate_metrics; config tolerances win)."""
-    from qverify.suites import get_suite
-
-    total = 0
-    for s in suites:
-        specs = [m for m in get_suite(s).gate_metrics if m.gated]
-        tols = [((overrides or {}).get(m.name) or m.tolerance, m.cap or 1.0) for m in specs]
-        total += suite_items(tols, first[s], alpha) * replicates * n_builds
-    return total
+    """Requests for J full rounds of every suite on every build (qverify.gate.budget.make_plan buys J looks)."""
+    return plan_rounds(suites, first, alpha, overrides) * sum(first[s] for s in suites) * replicates * n_builds

@@ -43,7 +43,7 @@ def test_gate_on_kimi_shaped_gives_a_verdict(kimi_shaped, tmp_path):
         'suites = ["toolcall", "kld"]\nreplicates = 2\nlimit = 4\nreport = false\ncalib_samples = 8\ncalib_seq_len = 64\n')
     env = os.environ | {"PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(tmp_path / "wd"), "gate",
-                        "--recipe", "fp8kv_nvfp4shared", "--json"],
+                        "--recipe", "fp8kv_nvfp4shared", "--json", "--budget", "128"],  # 4 looks, as before the 12-look default
                        cwd=tmp_path, capture_output=True, text=True, timeout=1400, env=env, check=False)
     assert r.returncode in (0, 1, 2), r.stderr[-3000:]
     assert r.stdout.strip(), f"exit {r.returncode} with no report; stderr: {r.stderr[-3000:]}"
