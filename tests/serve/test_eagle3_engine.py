@@ -109,3 +109,23 @@ def test_head_attention_is_transformers_attention(target, tmp_path, kind):
     # the last rows attended as a later step does: over the earlier rows (the cache), causal among themselves
     tail = drafter._attend(q[-3:], rows)
     torch.testing.assert_close(layer.self_attn.o_proj(tail), want[-3:], rtol=1e-4, atol=1e-5)
+
+
+def test_the_server_reports_eagle3_as_sglang_does(target, tmp_path):
+    """/server_info: speculative_algorithm and internal_states[0].avg_spec_accept_length; a chat answer:
+    choices[0].meta_info.spec_accept_length (SGLang's places, read by qverify's own openai_http.spec_meta)."""
+    from fastapi.testclient import TestClient
+
+    from qverify.serve.embedded.model_loader import LoadedModel
+    from qverify.serve.embedded.server import create_app
+    from qverify.serve.openai_http import spec_meta
+
+    head = load_eagle3_head(_head(tmp_path, "llama"), target.model)
+    loaded = LoadedModel(model=target.model, tokenizer=target.tokenizer, drafter=head, served_name="t")
+    with TestClient(create_app(loaded, max_batch=4)) as client:
+        chat = client.post("/v1/chat/completions", json={"model": "t", "max_tokens": 6, "ignore_eos": True,
+                                                         "messages": [{"role": "user", "content": "hi"}]}).json()
+        info = client.get("/server_info").json()
+    meta = spec_meta(chat)
+    assert meta["spec_verify_ct"] >= 1 and meta["spec_accept_length"] >= 1.0
+    assert info["speculative_algorithm"] == "EAGLE3" and info["internal_states"][0]["avg_spec_accept_length"] >= 1.0
