@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from qverify.quantize.eagle3_fp8 import quantize_head
-from qverify.serve.embedded.eagle3_draft import Eagle3Drafter
+from qverify.serve.embedded.eagle3_draft import Eagle3Drafter, PromptRows, SeqDraft
 from qverify.serve.embedded.eagle3_head import load_eagle3_head
 from qverify.serve.embedded.engine import Engine, GenRequest
 from qverify.serve.embedded.model_loader import load_for_serving
@@ -129,3 +129,35 @@ def test_the_server_reports_eagle3_as_sglang_does(target, tmp_path):
     meta = spec_meta(chat)
     assert meta["spec_verify_ct"] >= 1 and meta["spec_accept_length"] >= 1.0
     assert info["speculative_algorithm"] == "EAGLE3" and info["internal_states"][0]["avg_spec_accept_length"] >= 1.0
+
+
+@pytest.mark.parametrize("kind", ["llama", "mla"])
+def test_drafting_step_by_step_equals_one_pass_over_the_sequence(target, tmp_path, kind):
+    """Row j of the head reads token j + 1 and the target's states at j (SGLang's shifted draft extend): after a
+    prefill and verifies accepting 0..3 tokens, the head's kept rows and each first draft equal one pass of the head
+    over the whole sequence, with the target's states from transformers' own forward (output_hidden_states).
+    Provisional draft rows between the verifies are overwritten, never kept."""
+    head = load_eagle3_head(_head(tmp_path, kind), target.model)
+    d = Eagle3Drafter(head)
+    ids = target.tokenizer(PROMPTS[0], add_special_tokens=False)["input_ids"]
+    seq = ids + Engine(target.model, target.tokenizer, None).generate(
+        [GenRequest(prompt_ids=ids, max_tokens=12, ignore_eos=True)])[0].token_ids
+    with torch.no_grad():
+        hs = target.model(torch.tensor([seq]), output_hidden_states=True).hidden_states
+    states = torch.cat([hs[i][0] for i in head.capture], -1)
+    # the reference: every row in one pass, as if the whole sequence were a prompt
+    whole = Eagle3Drafter(head).prompt_rows(tuple(seq), states).rows
+    one = SeqDraft(PromptRows(torch.empty(0, d.width), states[0]), torch.empty(len(seq), d.width))
+    logits, _ = Eagle3Drafter(head)._forward([one], torch.tensor(seq[1:]), states[:-1], [len(seq) - 1])
+    want_draft = head.to_target_ids(logits.argmax(-1))  # [j]: what row j drafts
+    P = len(ids)
+    s = d.start(d.prompt_rows(tuple(ids), states[:P]), seq[P])
+    last = P  # index in seq of the last token the head has been given
+    for accept in (0, 2, 1, 3, 0):
+        drafts = d.propose([s], 4)[0]
+        assert int(drafts[0]) == int(want_draft[last - 1])
+        emitted = seq[last + 1: last + 2 + accept]
+        d.accepted(s, emitted, states[last: last + 1 + accept])
+        last += len(emitted)
+    kept = torch.cat([s.prompt.rows, s.own[: s.kept]])
+    torch.testing.assert_close(kept, whole[: len(kept)], rtol=1e-4, atol=1e-5)
