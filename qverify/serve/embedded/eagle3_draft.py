@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from qverify.serve.embedded.eagle3_head import Eagle3Head
+from qverify.serve.embedded.eagle3_head import Eagle3Head, is_eagle3_head
+
+__all__ = ["Eagle3Drafter", "PromptRows", "SeqDraft", "is_eagle3_head"]
 from qverify.serve.embedded.mla import MLALayer, rope_tables
 
 

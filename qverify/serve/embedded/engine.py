@@ -9,10 +9,9 @@ What this engine does (SGLang's design, at CPU scale):
 - prefix sharing: a prompt is prefilled once for every request carrying it (an item's replicates), and decode
   attention reads its rows once for all of them (mla.py);
 - a vectorized, batch-invariant seeded sampler (sampler.py);
-- speculative decoding across the batch: the drafter (a separate model, or an EAGLE3 head reading the target's
-  hidden states: eagle3_draft.py) proposes `spec_tokens` tokens for every running sequence, the target verifies
-  them all in one forward; a position's token is accepted when the target, sampling with that position's seeded
-  noise, picks it, so outputs are the same as without a drafter.
+- speculative decoding across the batch: the drafter (standalone_draft.py, eagle3_draft.py) proposes `spec_tokens`
+  tokens for every running sequence, the target verifies them all in one forward; a position's token is accepted
+  when the target, sampling with that position's seeded noise, picks it, so outputs are the same as without one.
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ from typing import Any
 
 import torch
 
-from qverify.serve.embedded.eagle3_draft import Eagle3Drafter
-from qverify.serve.embedded.eagle3_head import is_eagle3_head
+from qverify.serve.embedded.eagle3_draft import Eagle3Drafter, is_eagle3_head
 from qverify.serve.embedded.request import (
     GenRequest,
     GenResult,
@@ -37,6 +35,7 @@ from qverify.serve.embedded.request import (
 )
 from qverify.serve.embedded.runner import ModelRunner, PromptKV
 from qverify.serve.embedded.sampler import batch_params, logprob_rows, sample
+from qverify.serve.embedded.standalone_draft import propose_standalone
 
 __all__ = ["Engine", "GenRequest", "GenResult"]
 
@@ -90,8 +89,9 @@ class Engine:
         self.eagle = Eagle3Drafter(drafter) if is_eagle3_head(drafter) else None
         self.draft = (ModelRunner(drafter, max_batch, fp8_kv, scale_mode, attention_backend=attention_backend)
                       if drafter is not None and self.eagle is None else None)
-        if self.eagle is not None:
-            self.runner.capture = self.eagle.capture
+        self.runner.capture = self.eagle.capture if self.eagle is not None else []
+        # SGLang's --speculative-algorithm name for what drafts here, or None
+        self.speculative = "EAGLE3" if self.eagle is not None else ("STANDALONE" if self.draft is not None else None)
         self.max_batch, self.spec_tokens, self.prefill_tokens = max_batch, spec_tokens, prefill_tokens
         self.eos_id = tokenizer.eos_token_id
         self.vocab = model.config.vocab_size
@@ -106,11 +106,6 @@ class Engine:
         self._running_version = 0  # bumped whenever `running` changes (membership or order)
         self.stats = {"requests": 0, "batches": 0, "steps": 0, "prefill_tokens": 0, "shared_prefills": 0,
                       "max_running": 0, "spec_tokens": 0, "spec_verify": 0}
-
-    @property
-    def speculative(self) -> str | None:
-        """SGLang's --speculative-algorithm name for what drafts here, or None."""
-        return "EAGLE3" if self.eagle is not None else ("STANDALONE" if self.draft is not None else None)
 
     @property
     def max_context(self) -> int:
@@ -296,7 +291,8 @@ class Engine:
 
     def _spec_step(self) -> None:
         run, k = self.running, self.spec_tokens
-        drafts = self._propose(k) if self.eagle is None else self.eagle.propose([s.eagle for s in run], k)  # [B, k]
+        drafts = (propose_standalone(run, self.draft, self._groups(True), k) if self.eagle is None
+                  else self.eagle.propose([s.eagle for s in run], k))  # [B, k]
         ids = torch.cat([torch.tensor([[s.last] for s in run]), drafts], 1)
         gl = torch.tensor([s.gen_len for s in run])
         pos = torch.tensor([len(s.prompt.ids) + s.gen_len for s in run])[:, None] + torch.arange(k + 1)[None]
@@ -317,32 +313,9 @@ class Engine:
             if self.eagle is not None:
                 self.eagle.accepted(s.eagle, emitted, aux[b])
             else:
-                s.draft_len += min(a, k - 1) - (k - 1)  # _propose counted all k - 1 draft rows as valid
+                s.draft_len += min(a, k - 1) - (k - 1)  # propose_standalone counted all k - 1 draft rows as valid
                 s.draft_pending = ([int(drafts[b, k - 1])] if a == k else []) + [emitted[-1]]
             self._emit(s, emitted, logits[b])
-
-    def _propose(self, k: int) -> torch.Tensor:
-        """The drafter's k greedy tokens per running sequence, after it catches up on what was emitted."""
-        run, d = self.running, self.draft
-        n = max(len(s.draft_pending) for s in run)
-        ids = torch.tensor([s.draft_pending + [s.draft_pending[-1]] * (n - len(s.draft_pending)) for s in run])
-        dl = torch.tensor([s.draft_len for s in run])
-        pos = torch.tensor([len(s.prompt.ids) + s.draft_len for s in run])[:, None] + torch.arange(n)[None]
-        groups = self._groups(True)
-        logits = d.decode(ids, pos, dl, groups)
-        last = torch.tensor([len(s.draft_pending) - 1 for s in run])
-        cur = logits[torch.arange(len(run)), last].argmax(-1)
-        out = [cur]
-        for s in run:
-            s.draft_len += len(s.draft_pending)
-        for _ in range(k - 1):
-            dl = torch.tensor([s.draft_len for s in run])
-            pos = torch.tensor([[len(s.prompt.ids) + s.draft_len] for s in run])
-            cur = d.decode(cur[:, None], pos, dl, groups)[:, 0].argmax(-1)
-            out.append(cur)
-            for s in run:
-                s.draft_len += 1
-        return torch.stack(out, 1)
 
     def _sample(self, seqs: list[_Seq], logits: torch.Tensor, steps: torch.Tensor, cache: bool = False) -> torch.Tensor:
         """`cache`: seqs is `running`; its per-row parameters are reused until `running` changes."""
