@@ -132,8 +132,9 @@ class Eagle3Head(nn.Module):
         return draft_ids if self.hot is None else self.hot[draft_ids]
 
     def into_width(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The target's captured states -> the head's width (fc); the head's own output passes as is."""
-        if hidden.shape[-1] == self.fc.out_features and self.fc.in_features != self.fc.out_features:
+        """The target's captured states -> the head's width (fc); the head's own output passes as is (SGLang's
+        rule: fc when the width differs from the embeddings')."""
+        if hidden.shape[-1] == self.fc.out_features:
             return hidden
         if self.input_norm is not None:
             hidden = self.input_norm(hidden)
