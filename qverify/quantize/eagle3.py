@@ -1,4 +1,5 @@
-"""EAGLE3 drafter heads (what SGLang's Kimi drafters are): kept as an artifact, checked, never loaded here.
+"""EAGLE3 drafter heads (what SGLang's Kimi drafters are): kept as an artifact and checked (the embedded engine
+loads them to serve: qverify/serve/embedded/eagle3_head.py).
 
 An EAGLE3 head is not a transformers causal LM (no AutoModelForCausalLM class reads it), so a build carries it
 byte for byte under drafter/ and checks what SGLang will need instead of reloading it:

@@ -111,7 +111,7 @@ def load_build(build_dir: Path | str, device: str = "cpu", check_hashes_first: b
     model, target_check = load_checkpoint(build_dir)
     checks["target"] = target_check
     drafter, drafter_check = None, None
-    if manifest.drafter_kind == "eagle3":  # not a causal LM: checked for SGLang and carried, never run here
+    if manifest.drafter_kind == "eagle3":  # not a causal LM: checked for SGLang here, loaded by the embedded engine
         from qverify.quantize.eagle3 import check_eagle3
 
         checks["drafter_eagle3"] = check_eagle3(build_dir / DRAFTER_DIR, json.loads((build_dir / "config.json").read_text()))

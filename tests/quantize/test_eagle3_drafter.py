@@ -15,22 +15,32 @@ LAYER = ["input_layernorm", "hidden_norm", "post_attention_layernorm", "self_att
          "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
 
 
+HEADS, KV_HEADS, HEAD_DIM, INTER = 4, 2, 16, 128
+
+
 def make_eagle3_head(out, rename: dict[str, str] | None = None, hidden: int = HIDDEN):
-    """A tiny head in SGLang/SpecForge's LlamaForCausalLMEagle3 layout (random weights)."""
+    """A tiny head in SGLang/SpecForge's LlamaForCausalLMEagle3 layout (random weights, the shapes SGLang builds:
+    q/k/v read 2 x hidden; the embedded engine runs it: tests/serve/test_eagle3_engine.py)."""
     import torch
     from safetensors.torch import save_file
 
     out.mkdir(parents=True)
-    t = {"fc.weight": torch.randn(hidden, 3 * hidden), "norm.weight": torch.ones(hidden),
+    t = {"fc.weight": torch.randn(hidden, 3 * hidden) / (3 * hidden) ** 0.5, "norm.weight": torch.ones(hidden),
          "lm_head.weight": torch.randn(256, hidden), "d2t": torch.zeros(256, dtype=torch.int64),
          "t2d": torch.ones(768, dtype=torch.bool)}
-    t |= {f"midlayer.{n}.weight": torch.randn(hidden, hidden) for n in LAYER}
+    shapes = {"self_attn.q_proj": (HEADS * HEAD_DIM, 2 * hidden), "self_attn.k_proj": (KV_HEADS * HEAD_DIM, 2 * hidden),
+              "self_attn.v_proj": (KV_HEADS * HEAD_DIM, 2 * hidden), "self_attn.o_proj": (hidden, HEADS * HEAD_DIM),
+              "mlp.gate_proj": (INTER, hidden), "mlp.up_proj": (INTER, hidden), "mlp.down_proj": (hidden, INTER)}
+    t |= {f"midlayer.{n}.weight": torch.randn(shapes[n]) / shapes[n][1] ** 0.5 if n in shapes else torch.ones(hidden)
+          for n in LAYER}
     rename = rename or {}
     t = {rename.get(k, k): v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in t.items()
          if rename.get(k, k) is not None}  # renamed to None: left out
     save_file(t, out / "model.safetensors")
-    (out / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-                                                 "hidden_size": hidden, "draft_vocab_size": 256, "vocab_size": 768}))
+    (out / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": hidden,
+        "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM, "intermediate_size": INTER,
+        "num_hidden_layers": 1, "draft_vocab_size": 256, "vocab_size": 768, "tie_word_embeddings": False}))
     return out
 
 

@@ -110,11 +110,18 @@ def test_fp8drafter_recipe_builds_an_fp8_eagle3_head_and_records_it(kimi_shaped,
     drafted = load_file(res.build_dir / "drafter" / "model.safetensors")
     assert drafted["fc.weight"].dtype == torch.bfloat16
     assert any(t.dtype == torch.float8_e4m3fn for t in drafted.values())
-    if kind == "mla":  # the embedded engine serves the build: the target runs, the FP8 head is checked, not run
-        from qverify.serve.embedded.model_loader import load_for_serving
+    # the embedded engine serves the build with its FP8 head (tests/serve/test_eagle3_engine.py: outputs)
+    from qverify.serve.embedded.eagle3_head import is_eagle3_head
+    from qverify.serve.embedded.engine import Engine, GenRequest
+    from qverify.serve.embedded.model_loader import load_for_serving
 
-        loaded = load_for_serving(res.build_dir, trust_remote_code=True)
-        assert loaded.drafter is None and loaded.info["build_id"] == res.manifest.build_id
+    loaded = load_for_serving(res.build_dir, trust_remote_code=True)
+    assert is_eagle3_head(loaded.drafter) and loaded.info["build_id"] == res.manifest.build_id
+    assert loaded.drafter.layers[0].mlp.down_proj.quantization_scheme is not None
+    req = GenRequest(prompt_ids=[5, 6, 7], max_tokens=6, ignore_eos=True)
+    spec = Engine(loaded.model, loaded.tokenizer, loaded.drafter).generate([req])[0]
+    assert spec.token_ids == Engine(loaded.model, loaded.tokenizer, None).generate([req])[0].token_ids
+    assert spec.meta_info["spec_verify_ct"] >= 1
 
 
 def test_prequantized_fp8_head_is_carried_and_its_quantization_recorded(kimi_shaped, tmp_path, sglang_parser):  # noqa: F811

@@ -9,9 +9,9 @@ What this engine does (SGLang's design, at CPU scale):
 - prefix sharing: a prompt is prefilled once for every request carrying it (an item's replicates), and decode
   attention reads its rows once for all of them (mla.py);
 - a vectorized, batch-invariant seeded sampler (sampler.py);
-- speculative decoding across the batch: the drafter proposes `spec_tokens` tokens for every running sequence,
-  the target verifies them all in one forward; a position's token is accepted when the target, sampling with
-  that position's seeded noise, picks it, so outputs are the same as without a drafter.
+- speculative decoding across the batch: the drafter (standalone_draft.py, eagle3_draft.py) proposes `spec_tokens`
+  tokens for every running sequence, the target verifies them all in one forward; a position's token is accepted
+  when the target, sampling with that position's seeded noise, picks it, so outputs are the same as without one.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from qverify.serve.embedded.eagle3_draft import Eagle3Drafter, is_eagle3_head
 from qverify.serve.embedded.request import (
     GenRequest,
     GenResult,
@@ -34,6 +35,7 @@ from qverify.serve.embedded.request import (
 )
 from qverify.serve.embedded.runner import ModelRunner, PromptKV
 from qverify.serve.embedded.sampler import batch_params, logprob_rows, sample
+from qverify.serve.embedded.standalone_draft import propose_standalone
 
 __all__ = ["Engine", "GenRequest", "GenResult"]
 
@@ -48,6 +50,7 @@ class _Prompt:
     ids: tuple[int, ...]
     kv: PromptKV | None = None
     draft_kv: PromptKV | None = None
+    eagle: Any = None  # the EAGLE3 head's rows for this prompt (eagle3_draft.PromptRows)
     last_logits: torch.Tensor | None = None
     logp: torch.Tensor | None = None  # [P, V] log-softmax at every position, when echo was asked for
     echo_rows: dict[int, list] = field(default_factory=dict)  # top-k -> echo logprob rows, built once per prompt
@@ -67,6 +70,7 @@ class _Seq:
     draft_len: int = 0
     draft_pending: list[int] = field(default_factory=list)  # emitted tokens the drafter has not seen yet
     verify_ct: int = 0
+    eagle: Any = None  # the EAGLE3 head's state for this sequence (eagle3_draft.SeqDraft)
     finish: str | None = None
 
     @property
@@ -82,8 +86,12 @@ class Engine:
         self.model, self.drafter = model, drafter
         # attention_backend: whose FP8-KV numerics to emulate (kv_fp8.py; the serving profile's, default trtllm_mla)
         self.runner = ModelRunner(model, max_batch, fp8_kv, scale_mode, sglang_scales, attention_backend=attention_backend)
+        self.eagle = Eagle3Drafter(drafter) if is_eagle3_head(drafter) else None
         self.draft = (ModelRunner(drafter, max_batch, fp8_kv, scale_mode, attention_backend=attention_backend)
-                      if drafter is not None else None)
+                      if drafter is not None and self.eagle is None else None)
+        self.runner.capture = self.eagle.capture if self.eagle is not None else []
+        # SGLang's --speculative-algorithm name for what drafts here, or None
+        self.speculative = "EAGLE3" if self.eagle is not None else ("STANDALONE" if self.draft is not None else None)
         self.max_batch, self.spec_tokens, self.prefill_tokens = max_batch, spec_tokens, prefill_tokens
         self.eos_id = tokenizer.eos_token_id
         self.vocab = model.config.vocab_size
@@ -134,7 +142,7 @@ class Engine:
         if self.running:
             self.stats["steps"] += 1
             self.stats["max_running"] = max(self.stats["max_running"], len(self.running))
-            self._spec_step() if self.draft is not None else self._decode_step()
+            self._spec_step() if self.speculative else self._decode_step()
             self._retire()
 
     def fail_all(self, exc: BaseException) -> None:
@@ -196,6 +204,8 @@ class Engine:
             toks = self._sample(starting, logits, torch.zeros(len(starting), dtype=torch.long))
             for b, (s, t) in enumerate(zip(starting, toks.tolist())):
                 s.draft_pending = [t]
+                if self.eagle is not None:
+                    s.eagle = self.eagle.start(s.prompt.eagle, t)
                 self._emit(s, [t], logits, b)
                 if s.finish is None:
                     self.running.append(s)
@@ -244,6 +254,9 @@ class Engine:
             if all_rows:
                 p.logp = torch.log_softmax(logits[at: at + k], -1)
             at += k
+        if self.eagle is not None:
+            for p, (start, n, _) in zip(prompts, spans):
+                p.eagle = self.eagle.prompt_rows(p.ids, self.runner.aux[start: start + n])
         if self.draft is not None:
             dkvs, _ = self.draft.prefill([list(p.ids) for p in prompts], torch.tensor([], dtype=torch.long))
             for p, kv in zip(prompts, dkvs):
@@ -278,11 +291,13 @@ class Engine:
 
     def _spec_step(self) -> None:
         run, k = self.running, self.spec_tokens
-        drafts = self._propose(k)  # [B, k]
+        drafts = (propose_standalone(run, self.draft, self._groups(True), k) if self.eagle is None
+                  else self.eagle.propose([s.eagle for s in run], k))  # [B, k]
         ids = torch.cat([torch.tensor([[s.last] for s in run]), drafts], 1)
         gl = torch.tensor([s.gen_len for s in run])
         pos = torch.tensor([len(s.prompt.ids) + s.gen_len for s in run])[:, None] + torch.arange(k + 1)[None]
         logits = self.runner.decode(ids, pos, gl, self._groups(False))  # [B, k + 1, V]
+        aux = self.runner.aux  # EAGLE3: the target's states at the k + 1 positions [B, k + 1, aux width]
         B = len(run)
         steps = torch.tensor([len(s.tokens) for s in run])[:, None] + torch.arange(k + 1)[None]
         seqs = [s for s in run for _ in range(k + 1)]
@@ -295,32 +310,12 @@ class Engine:
             emitted = target[b, : a + 1].tolist()
             self.stats["spec_tokens"] += len(emitted)
             s.gen_len += 1 + a
-            s.draft_len += min(a, k - 1) - (k - 1)  # _propose counted all k - 1 draft rows as valid
-            s.draft_pending = ([int(drafts[b, k - 1])] if a == k else []) + [emitted[-1]]
+            if self.eagle is not None:
+                self.eagle.accepted(s.eagle, emitted, aux[b])
+            else:
+                s.draft_len += min(a, k - 1) - (k - 1)  # propose_standalone counted all k - 1 draft rows as valid
+                s.draft_pending = ([int(drafts[b, k - 1])] if a == k else []) + [emitted[-1]]
             self._emit(s, emitted, logits[b])
-
-    def _propose(self, k: int) -> torch.Tensor:
-        """The drafter's k greedy tokens per running sequence, after it catches up on what was emitted."""
-        run, d = self.running, self.draft
-        n = max(len(s.draft_pending) for s in run)
-        ids = torch.tensor([s.draft_pending + [s.draft_pending[-1]] * (n - len(s.draft_pending)) for s in run])
-        dl = torch.tensor([s.draft_len for s in run])
-        pos = torch.tensor([len(s.prompt.ids) + s.draft_len for s in run])[:, None] + torch.arange(n)[None]
-        groups = self._groups(True)
-        logits = d.decode(ids, pos, dl, groups)
-        last = torch.tensor([len(s.draft_pending) - 1 for s in run])
-        cur = logits[torch.arange(len(run)), last].argmax(-1)
-        out = [cur]
-        for s in run:
-            s.draft_len += len(s.draft_pending)
-        for _ in range(k - 1):
-            dl = torch.tensor([s.draft_len for s in run])
-            pos = torch.tensor([[len(s.prompt.ids) + s.draft_len] for s in run])
-            cur = d.decode(cur[:, None], pos, dl, groups)[:, 0].argmax(-1)
-            out.append(cur)
-            for s in run:
-                s.draft_len += 1
-        return torch.stack(out, 1)
 
     def _sample(self, seqs: list[_Seq], logits: torch.Tensor, steps: torch.Tensor, cache: bool = False) -> torch.Tensor:
         """`cache`: seqs is `running`; its per-row parameters are reused until `running` changes."""
@@ -386,7 +381,7 @@ class Engine:
                 if echo is None:  # replicates echo the same prompt: its rows are built once and shared
                     echo = p.echo_rows[k] = prompt_logprob_rows(self.tok, p.ids, p.logp, k)
             res = build_result(self.tok, s.req, s.tokens, s.finish, s.lps, echo,
-                               s.verify_ct if self.draft is not None else 0)
+                               s.verify_ct if self.speculative else 0)
         except Exception as e:  # noqa: BLE001 - reported to that request, the engine lives on
             s.done(None, e)
             return

@@ -56,6 +56,13 @@ def load_for_serving(path: Path, quantization: bool = True, speculative: bool | 
     use_spec = wants_speculative(manifest) if speculative is None else speculative
     model = model.to(getattr(torch, dtype)).eval()
     drafter = drafter.to(getattr(torch, dtype)).eval() if (drafter is not None and use_spec) else None
+    if use_spec and manifest.get("drafter_kind") == "eagle3":  # checked for SGLang by load_build; run here too
+        from qverify.quantize.loader import set_quantization_enabled
+        from qverify.serve.embedded.eagle3_head import load_eagle3_head
+
+        drafter = load_eagle3_head(path / "drafter", model, getattr(torch, dtype))
+        if not quantization:
+            set_quantization_enabled(drafter, False)
     if is_build(path):  # compressed-tensors' forward without its per-call offload and weight re-quantization
         from qverify.serve.embedded.ct_forward import prepare_for_serving
 

@@ -53,6 +53,9 @@ class ModelRunner:
         self.table = PromptTable(len(self.layers), self.width)  # live prompts, padded, for batched decode reads
         self._plan: tuple[list, _FusedPlan, PromptPlan | None] | None = None
         self._rope: dict = {}  # the rotary module's cos/sin for positions 0..len-1 (mla.rope_tables)
+        # EAGLE3: the layers whose inputs each forward keeps, concatenated in `aux` [tokens, len * hidden]
+        self.capture: list[int] = []
+        self.aux: torch.Tensor | None = None
         load_attention_kernel()  # built once per machine (~40 s), here rather than inside the first decode step
 
     @property
@@ -113,7 +116,10 @@ class ModelRunner:
         pos = torch.cat([torch.arange(n) for n in lens])
         kvs = [PromptKV(torch.empty(len(self.layers), n, self.width)) for n in lens]
         x, cos, sin = self._embed(ids, pos)
+        aux = []
         for li, (layer, mla) in enumerate(zip(self.layers, self.mla)):
+            if li in self.capture:
+                aux.append(x[0])
             p = mla.project(layer.input_layernorm(x), cos, sin)
             outs, start = [], 0
             for kv, n in zip(kvs, lens):
@@ -122,6 +128,7 @@ class ModelRunner:
                 outs.append(mla.prefill(type(p)(p.q_nope[sl], p.q_rot[sl], p.latent[sl], p.cached[sl])))
                 start += n
             x = self._mlp(li, x, torch.cat(outs))
+        self.aux = torch.cat(aux, -1) if aux else None
         return kvs, self._logits(x, logit_rows)
 
     @torch.no_grad()
@@ -142,7 +149,10 @@ class ModelRunner:
         if self._plan is None or self._plan[0] is not groups:  # the engine passes the same list while nothing joins/leaves
             self._plan = (groups, _FusedPlan(groups, B, len(self.layers)), None)
         x, cos, sin = self._embed(ids.reshape(-1), positions.reshape(-1))
+        aux = []
         for li, (layer, mla) in enumerate(zip(self.layers, self.mla)):
+            if li in self.capture:
+                aux.append(x[0])
             p = mla.project(layer.input_layernorm(x), cos, sin)
             self.gen[li].view(-1, self.width).index_copy_(0, write, p.cached.to(self.gen.dtype))
             q = mla.absorbed_query(p).view(B, n * H, self.width)
@@ -153,6 +163,7 @@ class ModelRunner:
                     self._plan = (*self._plan[:2], PromptPlan(groups, B, self.table))
                 o = decode_attention(q, self.gen[li, :B, :G], seen, self._plan[2], li, self.C)
             x = self._mlp(li, x, mla.output(o.view(B * n, H, self.C)))
+        self.aux = torch.cat(aux, -1).view(B, n, -1) if aux else None
         return self._logits(x, None).view(B, n, -1)
 
 

@@ -132,7 +132,8 @@ def create_app(loaded: LoadedModel, max_batch: int = 256, threads: int = 1,
     @app.get("/server_info")
     async def server_info() -> dict:
         return {**loaded.info, "max_total_num_tokens": engine.max_context, "max_batch": engine.max_batch,
-                "speculative": engine.drafter is not None, "kv_fp8_latent": engine.runner.fp8_kv,
+                "speculative": engine.drafter is not None, "speculative_algorithm": engine.speculative,
+                "kv_fp8_latent": engine.runner.fp8_kv,
                 "kv_scale_mode": kv_scale_mode, "attention_backend": attention_backend, "busy_s": round(worker.busy_s, 3), **engine.stats,
                 "internal_states": [{"avg_spec_accept_length": engine.avg_accept_length()}]}
 
@@ -197,7 +198,9 @@ def create_app(loaded: LoadedModel, max_batch: int = 256, threads: int = 1,
                 media_type="text/event-stream")
         res = await worker.submit(req)
         message, finish = finish_message(res)
-        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+        # meta_info where SGLang puts it (ChatCompletionResponseChoice.meta_info, entrypoints/openai/protocol.py; what
+        # openai_http.spec_meta reads), and at the top level as before
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish, "meta_info": meta(res)}
         if body.logprobs and res.logprobs is not None:
             choice["logprobs"] = {"content": [
                 {"token": x["token"], "logprob": x["logprob"],
