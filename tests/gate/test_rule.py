@@ -95,7 +95,7 @@ def test_the_corrected_bound_answers_the_test_at_the_margin():
     """L > -tol exactly when p_pass < alpha, U < -tol exactly when p_fail < alpha (one skewness for both)."""
     rng = np.random.default_rng(3)
     d = rng.choice([-1.0, -1 / 3, 0.0, 1 / 3, 1.0], p=[0.06, 0.06, 0.8, 0.05, 0.03], size=(4000, 250))
-    b = paired_bounds(d, TOL, 0.05, bounded=True, exact_p=False)
+    b = paired_bounds(d, TOL, 0.05, bounded=True)
     assert not b.exact.any()  # the t bound alone: 250 items with ~50 changed
     assert np.array_equal(b.lower > -TOL, b.p_pass < 0.05) and np.array_equal(b.upper < -TOL, b.p_fail < 0.05)
     assert (b.lower > -TOL).any() and (b.upper < -TOL).any()
