@@ -55,12 +55,10 @@ def _rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str
             show_progress: bool):
     """The budget's plan, and each round's evaluation of the builds (and greedy/match's twins) to their items."""
     from qverify.pipeline import EvalSpec, ensure_twins, evaluate_builds, serving_profile
-    from qverify.suites import get_suite
 
     # greedy/match's references (the candidates' twins) grow with the candidates' greedy runs, round by round
     twins = ensure_twins(wd, baseline, candidates, trust_remote_code=cfg.trust_remote_code) if "greedy" in suites else []
-    first = {s: cfg.limit or get_suite(s).default_n for s in suites}
-    plan = make_plan(suites, first, cfg.replicates, 1 + len(candidates), cfg.alpha, budget, cfg.looks,
+    plan = make_plan(suites, _first_look(cfg, suites), cfg.replicates, 1 + len(candidates), cfg.alpha, budget, cfg.looks,
                      extra_builds={"greedy": len(twins)} if twins else None)
     serving = serving_profile(cfg.serving)  # as `qverify eval` resolves it
 
@@ -72,3 +70,18 @@ def _rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str
                             suites_by_build={t: ["greedy"] for t in twins})
 
     return plan, evaluate, twins
+
+
+def default_budget(cfg: QVerifyConfig, suites: list[str], n_builds: int) -> int:
+    """`qverify gate`'s request budget when none is given, sized from the tolerances (qverify.gate.plan_size)."""
+    from qverify.gate.plan_size import default_budget as sized
+
+    tols = {k: v.tolerance for k, v in cfg.thresholds.items()}
+    return sized(suites, _first_look(cfg, suites), cfg.replicates, n_builds, cfg.alpha, tols)
+
+
+def _first_look(cfg: QVerifyConfig, suites: list[str]) -> dict[str, int]:
+    """Items per suite at look 1, and added each round: the config's limit, else the suite's default."""
+    from qverify.suites import get_suite
+
+    return {s: cfg.limit or get_suite(s).default_n for s in suites}

@@ -74,7 +74,9 @@ def gate_cmd(
         cands = [recipe] if recipe else list(cfg.candidates)
         names = names or suites_for_recipes(list(cfg.suites), cands)
         if not fixed and budget is None:  # the default: the budgeted sequential gate (docs/gate.md)
-            budget = str(_default_budget(names, cfg, 1 + len(cands)))
+            from qverify.rounds import default_budget
+
+            budget = str(default_budget(cfg, names, 1 + len(cands)))
         with s.out.stdout_is_data():
             base_id, cand_ids = ensure_runs(s.workdir, cfg, baseline=cfg.baseline, candidates=cands, suites=names,
                                             out=s.out, evaluate=fixed)
@@ -105,15 +107,6 @@ def gate_cmd(
         if rc and code == 0:
             code = rc
     raise typer.Exit(code)
-
-
-def _default_budget(suites: list[str], cfg, n_builds: int) -> int:
-    from qverify.gate.plan_size import default_budget
-    from qverify.suites import get_suite
-
-    first = {x: cfg.limit or get_suite(x).default_n for x in suites}
-    tols = {k: v.tolerance for k, v in cfg.thresholds.items()}
-    return default_budget(suites, first, cfg.replicates, n_builds, cfg.alpha, tols)
 
 
 def register(app: typer.Typer) -> None:
