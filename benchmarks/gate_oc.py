@@ -114,7 +114,7 @@ def fixed(pt: Point, trials: int, rng: np.random.Generator, chunk: int = 1000, t
         m = min(chunk, trials - s)
         b, c = draw(pt, m, rng)
         d = c.mean(-1, dtype=np.float64) - b.mean(-1, dtype=np.float64)
-        bd = paired_bounds(d, tol, ALPHA, bounded=True, exact_p=False, skew_at_margin=SKEW_AT_MARGIN)
+        bd = paired_bounds(d, tol, ALPHA, bounded=True, skew_at_margin=SKEW_AT_MARGIN)
         res = {"PASS": bd.lower > -tol, "FAIL": bd.upper < -tol, **anchors(b, c)}
         for key, v in res.items():
             acc[key] = acc.get(key, 0.0) + float(np.sum(v))
@@ -150,9 +150,9 @@ def look_decisions(pt: Point, trials: int, rng: np.random.Generator, looks: list
             open_ = (pa == big) & (fa == big)
             if not open_.any():
                 break
-            bd = paired_bounds(d[open_, :n], TOL, lp, bounded=bounded, exact_p=False, skew_at_margin=SKEW_AT_MARGIN)
+            bd = paired_bounds(d[open_, :n], TOL, lp, bounded=bounded, skew_at_margin=SKEW_AT_MARGIN)
             lo, hi = bd.lower, (bd if lf == lp else paired_bounds(d[open_, :n], TOL, lf, bounded=bounded,
-                                                                 exact_p=False, skew_at_margin=SKEW_AT_MARGIN)).upper
+                                                                 skew_at_margin=SKEW_AT_MARGIN)).upper
             idx = np.flatnonzero(open_)
             fa[idx[hi < -TOL]] = j
             pa[idx[(lo > -TOL) & ~(hi < -TOL)]] = j

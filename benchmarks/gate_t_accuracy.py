@@ -65,7 +65,7 @@ def decisions(d: np.ndarray, level: float, g_true: float, bounded: bool) -> dict
     ht = _g(w, g_true / (3 * np.sqrt(n)), g_true / (6 * np.sqrt(n)))
     out = {"plain t": (w < -q, w > q), "Hall, true skew": (ht < -q, ht > q)}
     for key, at_margin in (("before", False), ("after", True)):
-        b = paired_bounds(d, oc.TOL, level, bounded=bounded, exact_p=False, skew_at_margin=at_margin)
+        b = paired_bounds(d, oc.TOL, level, bounded=bounded, skew_at_margin=at_margin)
         out[key] = (b.upper < -oc.TOL, b.lower > -oc.TOL)
     return out
 

@@ -35,37 +35,28 @@ def one_error_line(r) -> str:
 
 # ---------------------------------------------------------------- numbers, at the boundary
 
-@pytest.mark.parametrize("argv, names", [
-    (["eval", "b", "--concurrency", "0"], "--concurrency"),
-    (["eval", "b", "--concurrency", "-1"], "--concurrency"),
-    (["eval", "b", "--limit", "0"], "--limit"),
-    (["eval", "b", "--limit", "-3"], "--limit"),
-    (["eval", "b", "--replicates", "0"], "--replicates"),
-    (["eval", "b", "--error-budget", "7"], "--error-budget"),
-    (["eval", "b", "--error-budget", "0.5"], "--error-budget"),
-    (["eval", "b", "--error-budget", "-0.1"], "--error-budget"),
-    (["eval", "b", "--read-timeout", "0"], "--read-timeout"),
-    (["eval", "b", "--connect-timeout", "-1"], "--connect-timeout"),
-    (["eval", "b", "--item-timeout", "0"], "--item-timeout"),
-    (["eval", "b", "--port", "70000"], "--port"),
-    (["gate", "--budget", "0"], "--budget"),
-    (["gate", "--budget", "ten minutes"], "--budget"),
-    (["serve", "b", "--ready-timeout", "0"], "--ready-timeout"),
-    (["suites", "show", "coding", "--n", "0"], "--n"),
-    (["capacity", "b", "--tp", "0"], "--tp"),
-    (["capacity", "b", "--mem-fraction", "1.5"], "--mem-fraction"),
-    (["build", "--recipe", "bf16", "--calib-samples", "0"], "--calib-samples"),
-    # nan passes every comparison, inf is no time: refused where numbers are read (#31)
-    (["eval", "b", "--error-budget", "nan"], "--error-budget"),
-    (["eval", "b", "--item-timeout", "nan"], "--item-timeout"),
-    (["eval", "b", "--item-timeout", "inf"], "--item-timeout"),
-    (["eval", "b", "--read-timeout", "inf"], "--read-timeout"),
-    # a billion items or replicates planned memory before the first request, then hung (#31)
-    (["eval", "b", "--limit", "1000000000"], "--limit"),
-    (["eval", "b", "--replicates", "1000000000"], "--replicates"),
-])
-def test_numeric_options_are_validated_with_a_fix(argv, names, tmp_path):
-    r = run("--workdir", str(tmp_path / "wd"), *argv, cwd=tmp_path)
+# `qverify eval b OPTION VALUE`: each value refused. nan passes every comparison and inf is no time: refused where
+# numbers are read (#31); a billion items or replicates planned memory before the first request, then hung (#31).
+EVAL_BAD = {"--concurrency": ("0", "-1"), "--limit": ("0", "-3", "1000000000"), "--replicates": ("0", "1000000000"),
+            "--error-budget": ("7", "0.5", "-0.1", "nan"), "--read-timeout": ("0", "inf"), "--connect-timeout": ("-1",),
+            "--item-timeout": ("0", "nan", "inf"), "--port": ("70000",)}
+OTHER_BAD = [(["gate", "--budget", "0"], "--budget"), (["gate", "--budget", "ten minutes"], "--budget"),
+             (["serve", "b", "--ready-timeout", "0"], "--ready-timeout"), (["suites", "show", "coding", "--n", "0"], "--n"),
+             (["capacity", "b", "--tp", "0"], "--tp"), (["capacity", "b", "--mem-fraction", "1.5"], "--mem-fraction"),
+             (["build", "--recipe", "bf16", "--calib-samples", "0"], "--calib-samples")]
+
+
+def in_process(argv: list[str], capsys) -> subprocess.CompletedProcess:
+    """The CLI's main() in this process (a subprocess per case cost a second of imports each)."""
+    code = main(argv)
+    return subprocess.CompletedProcess(argv, code, "", capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv, names", [(["eval", "b", opt, v], opt) for opt, vs in EVAL_BAD.items() for v in vs]
+                         + OTHER_BAD)
+def test_numeric_options_are_validated_with_a_fix(argv, names, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    r = in_process(["--workdir", str(tmp_path / "wd"), *argv], capsys)
     assert r.returncode == 4, r.stderr
     line = one_error_line(r)
     assert names in line and "fix:" in line
@@ -92,9 +83,10 @@ def test_numeric_options_are_validated_with_a_fix(argv, names, tmp_path):
     ("replicates = 1000000000", "replicates"),
     ("limit = 1000000000", "limit"),
 ])
-def test_config_values_are_validated_with_a_fix(toml, key, tmp_path):
+def test_config_values_are_validated_with_a_fix(toml, key, tmp_path, monkeypatch, capsys):
     (tmp_path / "q.toml").write_text(toml + "\n")
-    r = run("--workdir", str(tmp_path / "wd"), "gate", "--config", str(tmp_path / "q.toml"), cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    r = in_process(["--workdir", str(tmp_path / "wd"), "gate", "--config", str(tmp_path / "q.toml")], capsys)
     assert r.returncode == 4, r.stderr
     line = one_error_line(r)
     assert key in line and "fix:" in line

@@ -84,7 +84,7 @@ def test_gate_recipe_and_its_rounds_compose_the_twin_and_evaluate_it_on_greedy_a
     from qverify.evals.store import RunStore
     from qverify.gate import run_gate
     from qverify.pipeline import ensure_runs
-    from qverify.rounds import gate_in_rounds
+    from qverify.rounds import gate_builds
     from qverify.workdir import Workdir
 
     wd = Workdir.at(tmp_path / "wd").ensure()
@@ -104,7 +104,7 @@ def test_gate_recipe_and_its_rounds_compose_the_twin_and_evaluate_it_on_greedy_a
     assert run_gate(wd, base, [cand], ["greedy"], cfg, write=False).candidates[0].compared_with == \
         {"greedy/match": twins[0]}
     # two rounds of 4 items x 1 replicate on 3 builds (baseline, candidate, twin): 24 requests
-    report, looks, _ = gate_in_rounds(wd, cfg, base, [cand], ["greedy"], "24", show_progress=False)
+    report, looks, _ = gate_builds(wd, cfg, base, [cand], ["greedy"], "24", show_progress=False)
     runs(8)
     assert len(looks) == 2 and looks[-1].requests == 24
     assert report.candidates[0].compared_with == {"greedy/match": twins[0]}

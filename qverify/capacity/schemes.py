@@ -20,7 +20,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 SchemeName = Literal["bf16", "fp8", "fp8_tensor", "fp8_block", "nvfp4", "int4_g32", "int4_g128"]
-SCHEMES: tuple[str, ...] = ("bf16", "fp8", "fp8_tensor", "fp8_block", "nvfp4", "int4_g32", "int4_g128")
 
 
 class LinearShape(BaseModel):

@@ -17,9 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from qverify.capacity.schemes import LinearShape, linear_bytes
 from qverify.errors import BadInput
 
-ModuleClass = Literal[
-    "attention", "dense_mlp", "routed_experts", "shared_experts", "embeddings", "lm_head", "norms", "router", "vision"
-]
 # Classes made of Linear layers a recipe can quantize; the rest always stay bf16.
 LINEAR_CLASSES: tuple[str, ...] = ("attention", "dense_mlp", "routed_experts", "shared_experts", "lm_head")
 

@@ -47,8 +47,8 @@ def gate_cmd(
     """Decide PASS / FAIL / INCONCLUSIVE against run-to-run noise."""
     from qverify.config import load_config
     from qverify.errors import BadInput
-    from qverify.gate import exit_code, run_gate
-    from qverify.gate.render import render
+    from qverify.gate import exit_code
+    from qverify.gate.render import render, render_looks
 
     s = state(ctx)
     if json_out:
@@ -79,36 +79,22 @@ def gate_cmd(
         cands = [recipe] if recipe else list(cfg.candidates)
         names = names or suites_for_recipes(list(cfg.suites), cands)
         if not fixed and budget is None:  # the default: the budgeted sequential gate (docs/gate.md)
-            budget = str(_default_budget(names, cfg, 1 + len(cands)))
+            from qverify.rounds import default_budget
+
+            budget = str(default_budget(cfg, names, 1 + len(cands)))
         with s.out.stdout_is_data():
             base_id, cand_ids = ensure_runs(s.workdir, cfg, baseline=cfg.baseline, candidates=cands, suites=names,
                                             out=s.out, evaluate=fixed)
-    looks = None
-    if budget is not None:
-        from qverify.rounds import gate_in_rounds
+    from qverify.rounds import gate_builds
 
-        with s.out.stdout_is_data():
-            report, looks, _ = gate_in_rounds(s.workdir, cfg, base_id, cand_ids, names or list(cfg.suites), budget,
-                                              show_progress=not s.out.json_mode)
-    else:
-        from qverify.gate.gate import write_report
-        from qverify.gate.looks import earlier_looks
-
-        report = run_gate(s.workdir, base_id, cand_ids, names, cfg, write=False)
-        again = earlier_looks(s.workdir, report)
-        if again:
-            raise BadInput(f"a second look at full alpha is optional stopping: {again[0]}",
-                           fix="gate grown runs with the budgeted gate (`qverify gate --budget REQUESTS`), whose looks "
-                               "have sequential levels")
-        write_report(s.workdir, report)
+    with s.out.stdout_is_data():
+        report, _, _ = gate_builds(s.workdir, cfg, base_id, cand_ids, names, None if fixed else budget,
+                                   show_progress=not s.out.json_mode)
     if s.out.json_mode:
         s.out.data(report.model_dump(mode="json"))
     else:
         render(report, s.out.console)
-        if looks:
-            from qverify.gate.render import render_looks
-
-            render_looks(report, s.out.console)
+        render_looks(report, s.out.console)
         s.out.info(f"wrote {s.workdir.gate_report_path(report.gate_id)}")
     code = exit_code(report)
     if cfg.report and not no_report:
@@ -126,15 +112,6 @@ def gate_cmd(
         if rc and code == 0:
             code = rc
     raise typer.Exit(code)
-
-
-def _default_budget(suites: list[str], cfg, n_builds: int) -> int:
-    from qverify.gate.plan_size import default_budget
-    from qverify.suites import get_suite
-
-    first = {x: cfg.limit or get_suite(x).default_n for x in suites}
-    tols = {k: v.tolerance for k, v in cfg.thresholds.items()}
-    return default_budget(suites, first, cfg.replicates, n_builds, cfg.alpha_per_candidate(n_builds - 1), tols)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,12 +6,12 @@ bounds      one-sided bounds: skew-corrected t + exact Clopper-Pearson on discor
 rule        PASS (non-inferiority, intersection-union) / FAIL (Holm) / INCONCLUSIVE, refusals (pure)
 boundaries  group-sequential levels of planned looks: alpha spending on the looks' joint law (pure)
 sequential  confidence sequences for open-ended looks, look sizes (pure)
-budget      `--budget`: rounds, looks, resume (sequence.json); qverify/rounds.py wires it to the runner
+budget      looks in rounds (a fixed gate: one look), resume (sequence.json); qverify/rounds.py runs it
 pairwise    flips, McNemar, K2VV trigger-F1 floor, KL matrices, output signatures (pure)
 integrity   refusals: incomplete runs, mismatched items/versions/sampling, build ids
 loader / assemble   runs -> per-metric paired evidence
 decide      decisions -> MetricResult rows
-gate        run_gate -> GateReport, gates/<id>/gate.json
+gate        run_gate: one look -> GateReport; write_report: gates/<id>/gate.json
 render      the terminal tables
 """
 

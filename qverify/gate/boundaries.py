@@ -72,7 +72,12 @@ def _looks(fractions, crit_or_increments, solve: bool) -> list[float]:
             c = v
             out.append(_cross(c, *args))
         else:
-            c = math.inf if v <= 0 else optimize.brentq(lambda z, a=args, v=v: _cross(z, *a) - v, -1.0, 40.0, xtol=1e-9)
+            if v <= 0:
+                c = math.inf
+            elif grid is None:  # the first look crosses alone: its level is its spending, exactly (a one-look plan is
+                c = float(sps.norm.isf(v))  # the fixed gate at alpha, and Holm's alpha / k)
+            else:
+                c = optimize.brentq(lambda z, a=args, v=v: _cross(z, *a) - v, -1.0, 40.0, xtol=1e-9)
             out.append(c)
         lo, b = -8.0 * math.sqrt(t), min(c, 10.0) * math.sqrt(t)
         cells = max(math.ceil((b - lo) / _GRID), 2)

@@ -162,12 +162,11 @@ def _t_p(h: tuple[np.ndarray, ...], tol: float) -> tuple[np.ndarray, np.ndarray]
 
 
 def paired_bounds(d: np.ndarray, tol: float, alpha: float = ALPHA, bounded: bool = False,
-                  exact_p: bool = True, skew_at_margin: bool = True, scale: float = 1.0,
+                  skew_at_margin: bool = True, scale: float = 1.0,
                   always_exact: bool = False) -> Bounds:
     """Bounds and p-values for delta = E[d] against the margin -tol (see the module docstring).
 
-    bounded: d_i lies in [-1, 1] (both sides' per-item values in [0, 1]). exact_p: kept for callers
-    (the exact branch's p-values used to need a bisection; the betting p-values cost nothing).
+    bounded: d_i lies in [-1, 1] (both sides' per-item values in [0, 1]).
     scale: bounded d_i lie in [-scale, scale] (a capped distance); always_exact: the exact bound decides for every
     sample, not only when few items changed (a capped heavy-tailed distance, whose t bound PASSed 0.08-0.11 at
     excess = tol with 24 items: docs/gate.md).

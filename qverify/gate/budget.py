@@ -36,6 +36,7 @@ from pathlib import Path
 from qverify.config import parse_budget
 from qverify.errors import BadInput
 from qverify.gate.boundaries import SPEND_GAMMA, LookLevels, nominal_levels
+from qverify.gate.rule import ORDER, build_verdict, refusals
 from qverify.models import CandidateReport, GateReport, MetricResult, content_hash
 from qverify.workdir import sequence_path
 
@@ -72,6 +73,15 @@ class Plan:
 
     def look_levels(self, look: int, family: dict[str, int]) -> LookLevels:
         return LookLevels(self.fractions(), look, self.alpha, self.gamma, family)
+
+    @classmethod
+    def fixed(cls, suites: list[str], replicates: int, alpha: float) -> Plan:
+        """The fixed gate: one look, all of alpha, at the runs as they are (no items added, nothing to resume)."""
+        return cls(suites, {s: 0 for s in suites}, 1, replicates, alpha)
+
+    @property
+    def is_fixed(self) -> bool:
+        return self.budget_requests is None and self.budget_seconds is None
 
 
 def make_plan(suites: list[str], first: dict[str, int], replicates: int, n_builds: int, alpha: float,
@@ -153,7 +163,7 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
     """
     seq_id = sequence_id(baseline, candidates, plan)
     state_path = sequence_path(root, seq_id)
-    looks = _load(state_path, plan)
+    looks = [] if plan.is_fixed else _load(state_path, plan)
     state = _State.empty(candidates)
     for lk in looks:
         state.record(lk)
@@ -190,12 +200,13 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
                     continue
                 lk.metrics[c.build_id][m.metric] = {"verdict": m.verdict, "delta": m.delta, "lo": m.ci_low,
                                                     "hi": m.ci_high, "n": m.n_items, "result": m.model_dump(mode="json")}
-            rows = {m.metric.split("/", 1)[0] for m in c.metrics if m.gated}
+            rows = {m.metric.split("/", 1)[0] for m in c.metrics}  # a suite with rows was gated (as run_gate says)
             lk.refused[c.build_id] = {s: _problems_of(s, c.integrity) for s in open_suites if s not in rows}
         lk.exhausted = sorted(exhausted)
         looks.append(lk)
         state.record(lk)
-        _save(state_path, plan, looks)
+        if not plan.is_fixed:
+            _save(state_path, plan, looks)
         if plan.budget_requests is not None and lk.requests >= plan.budget_requests:
             break
     if report is None and looks:  # the sequence had ended: report it again from its last look (runs unchanged)
@@ -239,28 +250,13 @@ def _final(last: GateReport | None, state: _State, looks: list[Look], plan: Plan
         ms.update(state.latest[c.build_id])
         ms.update(state.frozen[c.build_id])
         metrics = sorted(ms.values(), key=lambda m: m.metric)
-        gated = [m for m in metrics if m.gated]
         refused = state.refused[c.build_id]
-        integrity = sorted({p for ps in refused.values() for p in ps})
-        declared = len(gated) + len([s for s in refused if not any(m.metric.startswith(f"{s}/") for m in gated)])
-        decided = sum(m.verdict != "INCONCLUSIVE" and m.metric.split("/", 1)[0] not in refused for m in gated)
-        tally = f"{decided} of {declared} declared gated metrics decided"
-        if any(m.verdict == "FAIL" for m in gated):
-            verdict = "FAIL"
-            reasons = [f"{m.metric}: {m.reason}" for m in gated if m.verdict == "FAIL"]
-        elif gated and all(m.verdict == "PASS" for m in gated) and not refused:
-            verdict = "PASS"
-            reasons = [f"all {len(gated)} of {declared} declared gated metrics decided, within their tolerances"]
-        else:
-            verdict = "INCONCLUSIVE"
-            reasons = [f"{m.metric}: {m.reason}" for m in gated if m.verdict == "INCONCLUSIVE"]
-            reasons += [f"{s}: refused ({'; '.join(ps)})" for s, ps in sorted(refused.items())]
-            reasons.append(tally)
+        verdict, reasons = build_verdict(metrics, refused)
+        integrity = refusals(refused)
         cands.append(CandidateReport(build_id=c.build_id, recipe=c.recipe, verdict=verdict, reasons=reasons,
                                      metrics=metrics, perf=c.perf, integrity=integrity, seed_salts=c.seed_salts,
                                      compared_with=c.compared_with))
-    order = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
-    verdict = max((c.verdict for c in cands), key=order.__getitem__, default="INCONCLUSIVE")
+    verdict = max((c.verdict for c in cands), key=ORDER.__getitem__, default="INCONCLUSIVE")
     seq = {"id": seq_id, "plan": asdict(plan), "looks": [{k: v for k, v in asdict(lk).items() if k != "metrics"}
                                                          | {"metrics": _brief(lk)} for lk in looks]}
     config = {**last.config, "sequential": seq}

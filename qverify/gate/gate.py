@@ -17,22 +17,23 @@ from qverify.gate.assemble import suite_metrics
 from qverify.gate.boundaries import LookLevels
 from qverify.gate.decide import result
 from qverify.gate.integrity import build_problems, pair_problems, run_problems
-from qverify.gate.loader import RunData, load
+from qverify.gate.loader import RunData, has_run, load
 from qverify.gate.metrics import check_rule_names
 from qverify.gate.reference import SUITE as REF_SUITE
 from qverify.gate.reference import MatchReference, match_reference
-from qverify.gate.rule import ORDER, build_verdict, decide
+from qverify.gate.rule import ORDER, build_verdict, decide, refusals
 from qverify.models import CandidateReport, GateReport, content_hash
 from qverify.workdir import Workdir
 
 
 def gate_candidate(build_id: str, recipe: str, base_runs: dict[str, RunData], cand_runs: dict[str, RunData],
                    rules: dict[str, MetricRule], alpha: float = ALPHA, noise_k: float | None = None,
-                   integrity: list[str] | None = None, look: LookLevels | None = None,
+                   refused: dict[str, list[str]] | None = None, look: LookLevels | None = None,
                    match_ref: MatchReference | None = None) -> CandidateReport:
     """Gate one candidate on the suites present on both sides (runs already checked comparable); at a look of
     the sequential gate, PASS at the look's nominal level and FAIL at its family-wise levels. greedy/match is
-    compared with `match_ref` (qverify.gate.reference; None: the baseline)."""
+    compared with `match_ref` (qverify.gate.reference; None: the baseline). `refused`: suite -> why its runs
+    were not gated (qverify.gate.integrity)."""
     evs = [e for suite, b in base_runs.items() if suite in cand_runs
            for e in suite_metrics(b, cand_runs[suite], rules, match_ref if suite == REF_SUITE else None)]
     if look is not None:
@@ -40,12 +41,12 @@ def gate_candidate(build_id: str, recipe: str, base_runs: dict[str, RunData], ca
     decisions = decide(evs, alpha, noise_k, fail_level=look.fail_level if look else None,
                        family=look.family.get(build_id) if look else None)
     metrics = [result(d, alpha) for d in decisions]
-    verdict, reasons = build_verdict(decisions, [f"refused: {r}" for r in integrity or []])
+    verdict, reasons = build_verdict(metrics, refused or {})
     perf = {f"{s}/{k}": v for s, r in cand_runs.items() if r.manifest for k, v in r.manifest.perf.items()}
     compared = {} if match_ref is None or match_ref.build_id in (None, _base_id(base_runs)) else \
         {m.metric: match_ref.build_id for m in metrics if m.details.get("reference") == match_ref.build_id}
     return CandidateReport(build_id=build_id, recipe=recipe, verdict=verdict, reasons=reasons, metrics=metrics,
-                           perf=perf, integrity=list(integrity or []), seed_salts=seed_salts(base_runs, cand_runs),
+                           perf=perf, integrity=refusals(refused or {}), seed_salts=seed_salts(base_runs, cand_runs),
                            compared_with=compared)
 
 
@@ -75,23 +76,13 @@ def shares_seeds(c: CandidateReport) -> bool:
 
 def run_gate(workdir: Workdir | Path | str, baseline: str, candidates: list[str], suites: list[str] | None = None,
              config: QVerifyConfig | None = None, write: bool = True, look: LookLevels | None = None) -> GateReport:
-    """Gate each candidate build against the baseline on `suites` (default: those of config.suites the
-    baseline has runs for); `look`: one look of the sequential gate (qverify.gate.budget)."""
-    from qverify.suites import get_suite
-
+    """Gate each candidate build against the baseline on `suites` (default: suites_to_gate's); `look`: one look
+    of the sequential gate (qverify.gate.budget)."""
     wd = workdir if isinstance(workdir, Workdir) else Workdir.at(workdir)
     cfg = config or QVerifyConfig()
     check_rule_names(cfg.thresholds)
-    explicit = suites is not None
-    suites = list(suites or cfg.suites)
-    for s in suites:
-        get_suite(s)  # an unknown suite name is a BadInput with did-you-mean
+    suites = suites_to_gate(wd, baseline, suites, cfg)
     base_runs = {s: load(wd.runs, baseline, s) for s in suites}
-    if not explicit and any(r.exists for r in base_runs.values()):
-        # not asked for by name: gate the configured suites the baseline was evaluated on
-        # (a candidate missing one of those is still refused)
-        suites = [s for s in suites if base_runs[s].exists]
-        base_runs = {s: base_runs[s] for s in suites}
     base_build = build_problems(wd, baseline, list(base_runs.values()))
     base_bad = {s: run_problems(r, cfg.error_budget) for s, r in base_runs.items()}
     reports, prints = [], {f"{baseline}/{s}": r.fingerprint for s, r in base_runs.items()}
@@ -99,12 +90,13 @@ def run_gate(workdir: Workdir | Path | str, baseline: str, candidates: list[str]
         cand_runs = {s: load(wd.runs, cand, s) for s in suites}
         prints.update({f"{cand}/{s}": r.fingerprint for s, r in cand_runs.items()})
         build_bad = base_build + build_problems(wd, cand, list(cand_runs.values()))
-        problems, ok = list(build_bad), []
+        refused, ok = {}, []
         for s in suites:
             bad = base_bad[s] + run_problems(cand_runs[s], cfg.error_budget)
             bad += pair_problems(base_runs[s], cand_runs[s]) if not bad else []
-            problems += bad
-            if not bad and not build_bad:  # results of unverified builds prove nothing either way
+            if bad or build_bad:  # results of unverified builds prove nothing either way
+                refused[s] = build_bad + bad
+            else:
                 ok.append(s)
         ref = None
         if REF_SUITE in ok:  # greedy/match's reference, found by content (qverify.gate.reference)
@@ -113,7 +105,7 @@ def run_gate(workdir: Workdir | Path | str, baseline: str, candidates: list[str]
                 prints[f"{cand}/{REF_SUITE}@{ref.build_id}"] = ref.run.fingerprint
         reports.append(gate_candidate(cand, _recipe(wd, cand), {s: base_runs[s] for s in ok},
                                       {s: cand_runs[s] for s in ok}, cfg.thresholds,
-                                      cfg.alpha_per_candidate(len(candidates)), cfg.noise_k, problems, look, ref))
+                                      cfg.alpha_per_candidate(len(candidates)), cfg.noise_k, refused, look, ref))
     # rule v2.1: Hall's skewness correction estimated at the margin (qverify.gate.bounds.tilted_skewness)
     settings = {"alpha": cfg.alpha, "noise_k": cfg.noise_k, "rule": "v2.1", "error_budget": cfg.error_budget,
                 "suites": suites, "thresholds": {k: v.model_dump() for k, v in sorted(cfg.thresholds.items())}}
@@ -142,6 +134,19 @@ def candidate_family(m: int, cfg: QVerifyConfig) -> dict:
                 f"about {m}·alpha = {min(m * each, 1):.2g} chance of a false PASS (--family-wise tests each at "
                 f"alpha/{m})")
     return {"candidates": m, "family_wise": cfg.family_wise, "alpha_per_candidate": each, "note": note}
+
+
+def suites_to_gate(wd: Workdir, baseline: str, suites: list[str] | None, cfg: QVerifyConfig) -> list[str]:
+    """The suites asked for by name, else those of config.suites the baseline was evaluated on (a candidate
+    missing one of those is still refused), else all of config.suites (each then refused: no results)."""
+    from qverify.suites import get_suite
+
+    names = list(cfg.suites if suites is None else suites)
+    for s in names:
+        get_suite(s)  # an unknown suite name is a BadInput with did-you-mean
+    if suites is None:
+        names = [s for s in names if has_run(wd.runs, baseline, s)] or names
+    return names
 
 
 def write_report(wd: Workdir, report: GateReport) -> Path:

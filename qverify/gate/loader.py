@@ -99,6 +99,12 @@ def load(runs_root: Path, build_id: str, suite: str) -> RunData:
     return data
 
 
+def has_run(runs_root: Path, build_id: str, suite: str) -> bool:
+    """What RunData.exists says, without reading the results."""
+    store = RunStore(run_path(runs_root, build_id, suite))
+    return store.manifest_path.exists() or bool(store.replicates())
+
+
 def _fingerprint(store: RunStore) -> str:
     h = hashlib.sha256()
     for p in sorted([store.manifest_path, *store.dir.glob("r*.jsonl")]):

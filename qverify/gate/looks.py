@@ -20,6 +20,12 @@ def _items(report: GateReport) -> dict[tuple[str, str], int]:
     return {(c.build_id, m.metric): m.n_items for c in report.candidates for m in c.metrics if m.gated}
 
 
+def budgeted(report: GateReport) -> bool:
+    """A gate whose looks had sequential levels (a fixed gate is a plan of one look with no budget)."""
+    plan = (report.config.get("sequential") or {}).get("plan", {})
+    return plan.get("budget_requests") is not None or plan.get("budget_seconds") is not None
+
+
 def earlier_looks(wd: Workdir, report: GateReport) -> list[str]:
     """Earlier fixed gates of this baseline that left a candidate INCONCLUSIVE on fewer items of a metric this
     report measures on more: each is named with the metric and the item counts."""
@@ -30,7 +36,7 @@ def earlier_looks(wd: Workdir, report: GateReport) -> list[str]:
             old = GateReport.model_validate(json.loads(wd.gate_report_path(gate_id).read_text()))
         except (OSError, ValueError):
             continue
-        if old.gate_id == report.gate_id or old.baseline != report.baseline or "sequential" in old.config:
+        if old.gate_id == report.gate_id or old.baseline != report.baseline or budgeted(old):
             continue
         undecided = {c.build_id for c in old.candidates if c.verdict == "INCONCLUSIVE"}
         for (cand, metric), n in _items(old).items():

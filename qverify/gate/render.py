@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from qverify.gate.gate import shares_seeds
+from qverify.gate.looks import budgeted
 from qverify.models import CandidateReport, GateReport, MetricResult
 
 STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow"}
@@ -150,11 +151,12 @@ def render_table(report: GateReport, console: Console) -> None:
 
 
 def render_looks(report: GateReport, console: Console) -> None:
-    """The sequential gate: each look's level, items and requests, and each metric's bounds at that look
-    (one row per metric, so the table stays readable in an 80-column terminal)."""
+    """The budgeted gate: each look's level, items and requests, and each metric's bounds at that look
+    (one row per metric, so the table stays readable in an 80-column terminal). A fixed gate's one look is
+    the table render() printed."""
     seq = report.config.get("sequential") or {}
     looks = seq.get("looks", [])
-    if not looks:
+    if not looks or not budgeted(report):
         return
     t = Table(title=f"sequential gate {seq.get('id')}: {len(looks)} of {seq['plan']['looks']} planned looks",
               box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)

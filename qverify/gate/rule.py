@@ -28,6 +28,7 @@ import numpy as np
 
 from qverify.config import ALPHA  # the one default (config.py)
 from qverify.gate.bounds import Bounds, paired_bounds
+from qverify.models import MetricResult
 
 Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 MIN_ITEMS = 10  # below this the t bound's sd is itself too uncertain to state a level
@@ -151,17 +152,24 @@ def _o(ev: Evidence, lo: float, hi: float) -> str:
     return f"{a:+.4f}, {b:+.4f}"
 
 
-def build_verdict(ds: list[Decision], refused: list[str]) -> tuple[Verdict, list[str]]:
-    """FAIL if any gated metric FAILs; PASS only if every gated metric PASSes (intersection-union) and
-    nothing was refused; otherwise INCONCLUSIVE. Reasons name the metrics that decided it."""
-    gated = [d for d in ds if d.evidence.gated]
-    fails = [d for d in gated if d.verdict == "FAIL"]
-    if fails:
-        return "FAIL", [f"{d.evidence.name}: {d.reason}" for d in fails]
-    open_ = [d for d in gated if d.verdict != "PASS"]
-    if open_ or refused or not gated:
-        why = [f"{d.evidence.name}: {d.reason}" for d in open_] + list(refused)
-        decided = len(gated) - len(open_)
-        return "INCONCLUSIVE", why + [f"{decided} of {len(gated)} measured gated metrics decided"
-                                      + (" (refused suites' metrics not measured)" if refused else "")]
-    return "PASS", [f"all {len(gated)} of {len(gated)} declared gated metrics decided, within their tolerances"]
+def build_verdict(metrics: list[MetricResult], refused: dict[str, list[str]]) -> tuple[Verdict, list[str]]:
+    """The one rule for a build's verdict, at a look and over a whole sequence: FAIL if any gated metric FAILs;
+    PASS only if every gated metric PASSes (intersection-union) and no suite was refused (`refused`: suite ->
+    why its runs were not gated); otherwise INCONCLUSIVE. Reasons name the metrics that decided it and say
+    how many of the declared gated metrics were decided (a refused suite with no metric measured counts one)."""
+    gated = [m for m in metrics if m.gated]
+    if any(m.verdict == "FAIL" for m in gated):
+        return "FAIL", [f"{m.metric}: {m.reason}" for m in gated if m.verdict == "FAIL"]
+    unmeasured = [s for s in refused if not any(m.metric.startswith(f"{s}/") for m in gated)]
+    declared = len(gated) + len(unmeasured)
+    if gated and all(m.verdict == "PASS" for m in gated) and not refused:
+        return "PASS", [f"all {len(gated)} of {declared} declared gated metrics decided, within their tolerances"]
+    decided = sum(m.verdict != "INCONCLUSIVE" and m.metric.split("/", 1)[0] not in refused for m in gated)
+    reasons = [f"{m.metric}: {m.reason}" for m in gated if m.verdict == "INCONCLUSIVE"]
+    reasons += [f"{s}: refused ({'; '.join(ps)})" for s, ps in sorted(refused.items())]
+    return "INCONCLUSIVE", reasons + [f"{decided} of {declared} declared gated metrics decided"]
+
+
+def refusals(refused: dict[str, list[str]]) -> list[str]:
+    """Every suite's reasons for refusal, each once (CandidateReport.integrity), in the order first met."""
+    return list(dict.fromkeys(p for ps in refused.values() for p in ps))

@@ -59,7 +59,3 @@ def read_layout(model_dir: Path, config: dict[str, Any], names: list[str]) -> La
                        fix="rename them as the kimi_k25 release does (language_model.model.layers.*, language_model.lm_head.*)")
     return Layout(text=text, prefix=TEXT_PREFIX, wrapper=str(config.get("model_type")))
 
-
-def text_quantization_config(config: dict[str, Any]) -> dict[str, Any] | None:
-    """The source's quantization_config: top level (where SGLang's ModelConfig reads it), else in text_config."""
-    return config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config")

@@ -79,8 +79,6 @@ def set_quantization_enabled(model, on: bool) -> None:
     model.apply(enable_quantization if on else disable_quantization)
 
 
-set_quantization = set_quantization_enabled  # the name the serve layer imports
-
 
 def _kv_quantized(model) -> bool:
     return any(hasattr(m, "kv_cache") and getattr(m, "quantization_scheme", None) is not None for m in model.modules())

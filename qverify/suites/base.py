@@ -68,7 +68,6 @@ class Suite(ABC):
     version: ClassVar[str]
     description: ClassVar[str]
     primary_metric: ClassVar[str]
-    metrics_higher_is_better: ClassVar[dict[str, bool]] = {}
     sampling: ClassVar[Sampling] = Sampling()
     sources: ClassVar[tuple[str, ...]] = ("synthetic",)
     default_n: ClassVar[int] = 40  # test items used by default for the embedded model

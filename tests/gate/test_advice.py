@@ -5,6 +5,7 @@ the rule itself could not rule out). The old MDE, (t_{n-1} + z) SE, broke this i
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from qverify.gate.decide import result
 from qverify.gate.rule import Evidence, decide
@@ -27,22 +28,18 @@ def test_mde_is_the_rules_own_and_the_advice_names_the_budgeted_gate():
 
 
 def test_a_fixed_gate_on_grown_runs_is_a_second_look(tmp_path):
-    """40 items INCONCLUSIVE, then the same runs grown to 120 and gated again: earlier_looks names the first gate
-    (the CLI refuses with exit 4 and points to the budgeted gate); an unchanged rerun is not a second look."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parents[1]))
-    import synth
-
+    """40 items INCONCLUSIVE, then the same runs grown to 120 and gated again with the fixed gate (the flow's one-look
+    plan, qverify.rounds.gate_builds): refused as bad input that names the first gate and points to the budgeted
+    gate; an unchanged rerun is not a second look (same gate id)."""
     from qverify.config import QVerifyConfig
-    from qverify.gate.gate import run_gate
-    from qverify.gate.looks import earlier_looks
+    from qverify.errors import BadInput
+    from qverify.rounds import gate_builds
     from qverify.workdir import Workdir
+    from tests import synth
 
     rng = np.random.default_rng(0)
     p = rng.beta(0.3, 0.3, 120)
-    wd = Workdir.at(tmp_path)
+    wd, cfg = Workdir.at(tmp_path), QVerifyConfig()
     full = {b: (rng.random((120, 3)) < p[:, None]).astype(float) for b in ("b", "c")}
     for n in (40, 120):
         for build in ("b", "c"):
@@ -50,7 +47,10 @@ def test_a_fixed_gate_on_grown_runs_is_a_second_look(tmp_path):
                 synth.write_build(tmp_path / "builds", build, recipe=build)
             scores = {"pass@1": full[build][:n]}
             synth.write_run(tmp_path / "runs", build, "coding", synth.results("coding", synth.item_ids("coding", n), scores))
-        r = run_gate(wd, "b", ["c"], ["coding"], QVerifyConfig())
         if n == 40:
-            assert r.verdict == "INCONCLUSIVE" and earlier_looks(wd, r) == []
-    assert any("on 40 items; these runs have 120" in x for x in earlier_looks(wd, r))
+            r, _, _ = gate_builds(wd, cfg, "b", ["c"], ["coding"], None, show_progress=False)
+            again, _, _ = gate_builds(wd, cfg, "b", ["c"], ["coding"], None, show_progress=False)
+            assert r.verdict == "INCONCLUSIVE" and again.gate_id == r.gate_id
+    with pytest.raises(BadInput) as e:
+        gate_builds(wd, cfg, "b", ["c"], ["coding"], None, show_progress=False)
+    assert "on 40 items; these runs have 120" in str(e.value) and "--budget" in e.value.fix

@@ -152,7 +152,7 @@ def test_refuses_an_incomplete_run_and_says_why(wd):
     assert c.verdict == "INCONCLUSIVE" and exit_code(r) == 3
     assert any("errs, suite toolcall" in p and "infrastructure errors" in p and "budget" in p for p in c.integrity)
     assert [m.metric for m in c.metrics] == ["coding/pass@1"]  # the comparable suite is still measured
-    assert any(x.startswith("refused: ") for x in c.reasons)
+    assert any(x.startswith("toolcall: refused (") for x in c.reasons)
 
 
 def test_refuses_mismatched_item_sets_and_build_ids(wd):
@@ -278,23 +278,23 @@ def test_cli_takes_a_build_as_a_directory_or_a_recipe_name(wd, tmp_path):
     ("vbase", ["vaa", "vnocall"], ["verifier"]),
     ("kbase", ["knear", "kfar"], ["kld"]),
 ])
-def test_a_one_look_plan_decides_as_the_fixed_gate(wd, base, cands, suites):
-    """The budgeted gate's machinery at a plan of one look (all alpha spent at once, Holm over the build's gated
-    metrics) gives the fixed gate's verdict on every metric: the evidence that the fixed gate can become a
-    one-look plan of one flow (issue #30) without changing a decision."""
-    from qverify.gate.budget import make_plan
+def test_the_fixed_gate_is_the_flows_one_look_plan(wd, base, cands, suites):
+    """`qverify gate --fixed` runs the one flow (qverify.rounds.gate_builds) as a plan of one look at all of alpha
+    (Holm over the build's gated metrics, the build's verdict by rule.build_verdict): every metric's verdict and
+    every reason is run_gate's at full alpha, with no look (issue #30: one way a verdict is reached)."""
+    from qverify.rounds import gate_builds
 
     cfg = QVerifyConfig()
-    fixed = _gate(wd, base, cands, suites)
-    family = {c.build_id: sum(m.gated for m in c.metrics) for c in fixed.candidates}
-    plan = make_plan(suites, {s: N for s in suites}, K, 1 + len(cands), cfg.alpha, "1h", time_looks=1)
-    assert plan.looks == 1
-    one = run_gate(wd, base, cands, suites, cfg, write=False, look=plan.look_levels(1, family))
+    fixed = run_gate(wd, base, cands, suites, cfg, write=False)
+    one, looks, plan = gate_builds(Workdir.at(wd), cfg, base, cands, suites, None, show_progress=False)
+    assert plan.looks == len(looks) == 1 and plan.is_fixed and one.config["look"]["pass_level"] == pytest.approx(0.05)
 
     def verdicts(r: GateReport):
-        return [(c.build_id, c.verdict, [(m.metric, m.verdict) for m in c.metrics]) for c in r.candidates]
+        return [(c.build_id, c.verdict, sorted(c.reasons), c.integrity,
+                 sorted((m.metric, m.verdict, m.reason) for m in c.metrics)) for c in r.candidates]
 
     assert verdicts(one) == verdicts(fixed)
+    assert (wd / "gates" / one.gate_id / "gate.json").exists()
     assert {c.verdict for c in fixed.candidates} >= {"PASS", "FAIL"} or base != "base"  # both outcomes exercised
 
 

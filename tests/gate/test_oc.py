@@ -54,7 +54,7 @@ def test_the_skewness_correction_holds_its_level_where_the_sample_skewness_misle
     from qverify.gate.bounds import paired_bounds
 
     d, bounded = oc.paired_d(oc.Point(-oc.TOL, 100, 3, 0.0, "diffuse", "noisy"), 40_000, np.random.default_rng(1), 100)
-    b = paired_bounds(d, oc.TOL, 0.01, bounded=bounded, exact_p=False)
+    b = paired_bounds(d, oc.TOL, 0.01, bounded=bounded)
     limit = 0.01 + 2.5 * np.sqrt(0.01 * 0.99 / 40_000)
     assert np.mean(b.upper < -oc.TOL) <= limit and np.mean(b.lower > -oc.TOL) <= limit
 

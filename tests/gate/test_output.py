@@ -135,7 +135,8 @@ def test_the_sequence_table_keeps_each_metric_on_one_line_in_80_columns():
               "metrics": {"cand-1": {n: {"verdict": "INCONCLUSIVE", "delta": -0.01, "lo": -0.051, "hi": 0.032,
                                          "n": 200 * j} for n in names}}} for j in (1, 2)]
     report = GateReport(gate_id="g", baseline="b", verdict="INCONCLUSIVE", candidates=[],
-                        config={"sequential": {"id": "seq-1", "plan": {"looks": 8}, "looks": looks}})
+                        config={"sequential": {"id": "seq-1", "plan": {"looks": 8, "budget_requests": 48000},
+                                                "looks": looks}})
     console = Console(width=80, record=True, color_system=None)
     render_looks(report, console)
     lines = console.export_text().splitlines()

@@ -95,7 +95,7 @@ def test_the_corrected_bound_answers_the_test_at_the_margin():
     """L > -tol exactly when p_pass < alpha, U < -tol exactly when p_fail < alpha (one skewness for both)."""
     rng = np.random.default_rng(3)
     d = rng.choice([-1.0, -1 / 3, 0.0, 1 / 3, 1.0], p=[0.06, 0.06, 0.8, 0.05, 0.03], size=(4000, 250))
-    b = paired_bounds(d, TOL, 0.05, bounded=True, exact_p=False)
+    b = paired_bounds(d, TOL, 0.05, bounded=True)
     assert not b.exact.any()  # the t bound alone: 250 items with ~50 changed
     assert np.array_equal(b.lower > -TOL, b.p_pass < 0.05) and np.array_equal(b.upper < -TOL, b.p_fail < 0.05)
     assert (b.lower > -TOL).any() and (b.upper < -TOL).any()
@@ -140,20 +140,30 @@ def test_trigger_f1_aa_is_unbiased_because_no_same_seed_pair_is_used():
     assert np.mean(biased) > 10 * se  # the design the rule avoids
 
 
+def _rows(ds):
+    from qverify.gate.decide import result
+
+    return [result(d, 0.05) for d in ds]
+
+
+def _build(ds):
+    return build_verdict(_rows(ds), {})
+
+
 def test_pass_is_intersection_union_and_fail_is_holm():
     rng = np.random.default_rng(2)
     ok = [Evidence(f"m{i}", "higher", TOL, rng.normal(0, 0.05, 2000)) for i in range(5)]
     ds = decide(ok)
-    assert all(d.verdict == "PASS" for d in ds) and build_verdict(ds, [])[0] == "PASS"
+    assert all(d.verdict == "PASS" for d in ds) and _build(ds)[0] == "PASS"
     # one metric inconclusive makes the build INCONCLUSIVE, however many others pass
     ds = decide(ok + [Evidence("wide", "higher", TOL, rng.normal(0, 1.0, 50))])
-    assert build_verdict(ds, [])[0] == "INCONCLUSIVE"
+    assert _build(ds)[0] == "INCONCLUSIVE"
     # a lower-is-better metric is oriented: a rise beyond tolerance FAILs
     ds = decide(ok + [Evidence("rate", "lower", TOL, rng.normal(0.2, 0.05, 500))])
-    assert ds[-1].verdict == "FAIL" and build_verdict(ds, [])[0] == "FAIL"
+    assert ds[-1].verdict == "FAIL" and _build(ds)[0] == "FAIL"
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     # a refusal elsewhere blocks PASS
-    assert build_verdict(decide(ok), ["refused: suite x"])[0] == "INCONCLUSIVE"
+    assert build_verdict(_rows(decide(ok)), {"x": ["suite x: no results"]})[0] == "INCONCLUSIVE"
 
 
 def test_step_down_is_holm_and_keeps_the_whole_family():

@@ -35,19 +35,39 @@ def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("workdir")
 
 
-@pytest.fixture(scope="session")
-def built(tiny_model, workdir):
-    """built(recipe) -> BuildResult, each recipe built once per session."""
+KIMI_CALIB = {"calib_samples": 8, "calib_seq_len": 64}  # the Kimi-shaped sources: only the build path is under test
+
+
+def builds_of(model: Path, workdir: Path, **kw):
+    """get(recipe) -> BuildResult of `model`, each recipe built once (held by a session fixture)."""
     from qverify.quantize import build
 
     cache: dict = {}
 
     def get(recipe: str):
         if recipe not in cache:
-            cache[recipe] = build(recipe, model=tiny_model, workdir=workdir, **CALIB)
+            cache[recipe] = build(recipe, model=model, workdir=workdir, **kw)
         return cache[recipe]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def built(tiny_model, workdir):
+    """built(recipe) -> BuildResult of the tiny model."""
+    return builds_of(tiny_model, workdir, **CALIB)
+
+
+@pytest.fixture(scope="session")
+def k25_built(kimi_k25, tmp_path_factory):
+    """Builds of Kimi K2.6 as released (the kimi_k25 wrapper)."""
+    return builds_of(kimi_k25, tmp_path_factory.mktemp("k25_wd"), trust_remote_code=True, **KIMI_CALIB)
+
+
+@pytest.fixture(scope="session")
+def kimi_built(kimi_shaped, tmp_path_factory):
+    """Builds of the Kimi-shaped source."""
+    return builds_of(kimi_shaped, tmp_path_factory.mktemp("kimi_wd"), trust_remote_code=True, **KIMI_CALIB)
 
 
 @pytest.fixture(scope="session")

@@ -10,23 +10,9 @@ import shutil
 import pytest
 
 from qverify.errors import BadInput
+from tests.quantize.conftest import KIMI_CALIB
 
-CALIB = {"calib_samples": 8, "calib_seq_len": 64}
 RECIPES = ("as_shipped", "fp8kv_nvfp4shared")
-
-
-@pytest.fixture(scope="session")
-def k25_built(kimi_k25, tmp_path_factory):
-    from qverify.quantize import build
-
-    wd, cache = tmp_path_factory.mktemp("k25_wd"), {}
-
-    def get(recipe: str):
-        if recipe not in cache:
-            cache[recipe] = build(recipe, model=kimi_k25, workdir=wd, trust_remote_code=True, **CALIB)
-        return cache[recipe]
-
-    return get
 
 
 def _tensors(d) -> dict[str, str]:
@@ -216,7 +202,7 @@ def test_calibration_renders_through_the_releases_chat_template(kimi_k25, k25_bu
     assert all(t.startswith("<|release|>") for t in texts)
     d = _wrapper_copy(kimi_k25, tmp_path)
     (d / "chat_template.jinja").write_text(marked)
-    res = build("fp8kv_nvfp4shared", model=d, workdir=tmp_path / "wd", trust_remote_code=True, **CALIB)
+    res = build("fp8kv_nvfp4shared", model=d, workdir=tmp_path / "wd", trust_remote_code=True, **KIMI_CALIB)
     base = k25_built("fp8kv_nvfp4shared").manifest
     assert res.manifest.calibration["fingerprint"] != base.calibration["fingerprint"]
     assert res.manifest.build_id != base.build_id and res.verify.ok

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.quantize.test_k25_build import RECIPES, k25_built  # noqa: F401  (session fixture)
+from tests.quantize.test_k25_build import RECIPES
 from tests.sglang_ref.sglang_source import kimi_k25_load_weights, kv_scale_remap
 
 
@@ -42,7 +42,7 @@ def _sglang_sees(build_dir) -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_sglang_kimi_k25_maps_every_tensor_name(k25_built, recipe):  # noqa: F811
+def test_sglang_kimi_k25_maps_every_tensor_name(k25_built, recipe):
     from qverify.quantize.shards import weight_map
 
     names = list(weight_map(k25_built(recipe).build_dir))
@@ -54,7 +54,7 @@ def test_sglang_kimi_k25_maps_every_tensor_name(k25_built, recipe):  # noqa: F81
                                  "mm_projector.linear_1.weight", "mm_projector.linear_2.weight"} <= set(vision)
 
 
-def test_sglang_loads_no_kv_scale_from_the_wrapper_build(k25_built):  # noqa: F811
+def test_sglang_loads_no_kv_scale_from_the_wrapper_build(k25_built):
     """After the wrapper strips `language_model.`, the DeepSeek loader's own renaming finds no scale to put on the MLA
     attention (`attn_mqa.k_scale`): SGLang's MLA cache is a plain FP8 cast with scale 1, and trtllm_mla would multiply
     decode logits by any loaded scale (issue 28, docs/serve.md 'FP8 KV on SGLang'). A stray `k_proj.k_scale` under the

@@ -9,23 +9,9 @@ import json
 import pytest
 
 from qverify.errors import BadInput
+from tests.quantize.conftest import KIMI_CALIB
 
-KIMI_CALIB = {"calib_samples": 8, "calib_seq_len": 64}
 PRODUCTION = ("fp8kv_nvfp4shared", "fp8kv_nvfp4shared_fp8drafter")
-
-
-@pytest.fixture(scope="session")
-def kimi_built(kimi_shaped, tmp_path_factory):
-    from qverify.quantize import build
-
-    wd, cache = tmp_path_factory.mktemp("kimi_wd"), {}
-
-    def get(recipe: str):
-        if recipe not in cache:
-            cache[recipe] = build(recipe, model=kimi_shaped, workdir=wd, trust_remote_code=True, **KIMI_CALIB)
-        return cache[recipe]
-
-    return get
 
 
 def _digests(d):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 
-from tests.quantize.test_kimi_build import kimi_built  # noqa: F401  (session fixture)
 from tests.sglang_ref.sglang_source import kv_cache_process_weights, kv_scale_remap
 
 LAYERS = 3
@@ -61,7 +60,7 @@ def test_compressed_tensors_names_alone_are_dropped_by_sglang():
     assert remap("model.layers.1.self_attn.v_scale", params) is None
 
 
-def test_the_production_candidate_gives_sglang_scale_one(kimi_built):  # noqa: F811
+def test_the_production_candidate_gives_sglang_scale_one(kimi_built):
     """SGLang loads no KV scale from the build, so every MLA attention keeps k_scale_float = v_scale_float = 1.0
     (BaseKVCacheMethod.create_weights' -1.0, turned into 1.0 by process_weights_after_loading): the plain-cast
     latent is read unscaled by every backend (docs/serve.md, 'FP8 KV on SGLang')."""
@@ -71,7 +70,7 @@ def test_the_production_candidate_gives_sglang_scale_one(kimi_built):  # noqa: F
     assert _scales_used(-1.0) == (1.0, 1.0)
 
 
-def test_badscale_reaches_sglang_as_its_declared_k_scale(kimi_built):  # noqa: F811
+def test_badscale_reaches_sglang_as_its_declared_k_scale(kimi_built):
     loaded = _what_sglang_loads(kimi_built("fp8kv_badscale").build_dir)
     assert loaded == {f"model.layers.{i}.self_attn.attn_mqa.k_scale": 0.25 for i in range(LAYERS)}
     assert _scales_used(0.25) == (0.25, 0.25)  # k_scale_float: what trtllm_mla multiplies decode logits by
