@@ -33,7 +33,6 @@ import numpy as np
 
 from qverify.gate.boundaries import SPEND_GAMMA, nominal_levels
 from qverify.gate.bounds import paired_bounds
-from qverify.gate.sequential import look_sizes
 
 TOL, ALPHA = 0.03, 0.05
 KLD_SELF = 0.2  # the baseline's own run-to-run KL, in tolerances (model "kld")
@@ -45,6 +44,14 @@ MODELS = {  # (always right, always wrong); the rest unstable
     "ushaped": (0.0, 0.0),  # heterogeneous: every item's p ~ Beta(0.3, 0.3), U-shaped (most near 0 or 1)
 }
 USHAPE = 0.3
+
+
+def look_sizes(first: int, per_round: int, max_items: int) -> list[int]:
+    """Items after each look: first, first + per_round, ... up to max_items (the last look is at max_items)."""
+    out = list(range(first, max_items + 1, per_round)) if per_round > 0 else [first]
+    if not out or out[-1] != max_items:
+        out.append(max_items)
+    return out
 
 
 @dataclass(frozen=True)

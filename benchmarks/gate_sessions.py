@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import sys
 import time
@@ -39,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from damage_dial import RECIPE  # noqa: E402  (the dial's control recipe, one definition)
+from qverify.evals.store import atomic_write_text  # noqa: E402
 
 SALT_BASE, UNCOUPLED, REF_SALT = 1000, 500_000, 999_999  # session k: salt 1000+k; A/A uncoupled: +500000
 KEY_METRICS = ("toolcall/exact_call", "coding/pass@1", "kld/kld")
@@ -118,7 +120,6 @@ def gate_rows(wd, base: str, cands: dict[str, str], suites: list[str]) -> dict[s
 
 
 def run_session(out: Path, k: int, ids: dict[str, str], limits: dict[str, int], reps: int, crn: bool) -> None:
-    from qverify.evals.store import dump_json
 
     path = out / "results" / f"s{k}.json"
     if path.exists():
@@ -130,14 +131,13 @@ def run_session(out: Path, k: int, ids: dict[str, str], limits: dict[str, int], 
     for p, b in points.items():
         evaluate(wd, b, limits, reps, salt + UNCOUPLED if p == "A/A uncoupled" else salt)
     rows = gate_rows(wd, ids["base"], points, list(limits))
-    dump_json(path, {"session": k, "salt": salt, "limits": limits, "replicates": reps, "seconds": round(time.time() - t0),
-                     "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "points": rows})
+    atomic_write_text(path, json.dumps({"session": k, "salt": salt, "limits": limits, "replicates": reps, "seconds": round(time.time() - t0),
+                     "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "points": rows}, indent=2, default=str))
     print(f"session {k} (salt {salt}) in {time.time() - t0:.0f}s: "
           + ", ".join(f"{p} {r['verdict']}" for p, r in rows.items()), flush=True)
 
 
 def run_reference(out: Path, ids: dict[str, str], limits: dict[str, int], reps: int) -> None:
-    from qverify.evals.store import dump_json
 
     path = out / "results" / "reference.json"
     if path.exists():
@@ -148,7 +148,7 @@ def run_reference(out: Path, ids: dict[str, str], limits: dict[str, int], reps: 
     for b in [ids["base"], *damaged.values()]:
         evaluate(wd, b, limits, reps, REF_SALT)
     rows = gate_rows(wd, ids["base"], damaged, list(limits))
-    dump_json(path, {"salt": REF_SALT, "limits": limits, "replicates": reps, "seconds": round(time.time() - t0), "points": rows})
+    atomic_write_text(path, json.dumps({"salt": REF_SALT, "limits": limits, "replicates": reps, "seconds": round(time.time() - t0), "points": rows}, indent=2, default=str))
     print(f"reference in {time.time() - t0:.0f}s", flush=True)
 
 

@@ -30,9 +30,8 @@ import gate_oc as oc
 
 from qverify.gate.boundaries import nominal_levels
 from qverify.gate.bounds import _g, paired_bounds
-from qverify.gate.sequential import look_sizes
 
-TEN = look_sizes(100, 100, 1000)
+TEN = oc.look_sizes(100, 100, 1000)
 LEVEL_ROWS = [  # (label, model, damage, coupling, looks, alpha)
     ("1 look n=100", "noisy", "diffuse", 0.0, [100], 0.05),
     ("1 look n=250", "noisy", "diffuse", 0.5, [250], 0.05),

@@ -22,7 +22,8 @@ from qverify.config import QVerifyConfig
 def main(argv: list[str] | None = None) -> int:
     from qverify.gate.gate import gate_candidate, run_gate
     from qverify.gate.loader import load
-    from qverify.pipeline import ensure_runs
+    from qverify.pipeline import ensure_builds
+    from qverify.rounds import gate_builds
     from qverify.workdir import Workdir
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -34,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     wd = Workdir.at(a.workdir or tempfile.mkdtemp(prefix="greedyref-")).ensure()
     cfg = QVerifyConfig(suites=["greedy"], limit=a.limit, replicates=a.replicates, report=False)
     t0 = time.time()
-    base, cands = ensure_runs(wd, cfg, "bf16", a.recipes.split(","), ["greedy"])
+    base, cands = ensure_builds(wd, cfg, "bf16", a.recipes.split(","))
+    gate_builds(wd, cfg, base, cands, ["greedy"], None, show_progress=False, evaluate_fixed=True)  # evaluates (twins too)
     print(f"built and evaluated in {time.time() - t0:.0f}s; workdir {wd.root}\n")
     report = run_gate(wd, base, cands, ["greedy"], cfg)
     print(f"greedy suite: {a.limit} items x {a.replicates} replicates per build, one server session per build\n")

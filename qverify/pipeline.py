@@ -2,7 +2,7 @@
 
 `EvalSpec` is what an evaluation runs: built from qverify.toml (`QVerifyConfig`, where every
 default lives) with CLI flags overriding it. `evaluate_build` is what `qverify eval` calls;
-`ensure_runs` is what `qverify gate --recipe` calls to build and evaluate whatever is missing.
+`ensure_builds` is what `qverify gate --recipe` calls to build whatever is missing; qverify.rounds evaluates.
 The benchmarks use the same two.
 """
 
@@ -71,7 +71,7 @@ class EvalSpec:
 def serving_profile(sv: ServingConfig, backend: str | None = None, profile: str | None = None,
                     endpoint: str | None = None, api_key_env: str | None = None) -> ServingProfile:
     """The serving profile from qverify.toml's [serving], flags overriding it: the one resolution that
-    `qverify eval`, `gate --recipe` (ensure_runs) and `gate --budget` (qverify.rounds) all use.
+    `qverify eval` and the gate (qverify.rounds, fixed and budgeted) both use.
 
     The config's backend counts only when the file sets it: `--endpoint URL` alone still means
     the endpoint backend, as without a config.
@@ -236,32 +236,20 @@ def ensure_twins(workdir: Workdir, baseline: str, candidates: list[str], say: Ca
     return twins
 
 
-def ensure_runs(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], suites: list[str], out=None,
-                evaluate: bool = True) -> tuple[str, list[str]]:
-    """`qverify gate --recipe`: build the baseline and candidates if missing, run missing evals, return build ids.
-
-    Builds are content-addressed, so a second call reuses them; evals resume, so only what
-    is missing runs.
-    """
+def ensure_builds(workdir: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], out=None
+                  ) -> tuple[str, list[str]]:
+    """`qverify gate --recipe`: build the baseline and candidates if missing (content-addressed, so a second call
+    reuses them); return build ids. The gate then evaluates them (qverify.rounds, the one evaluation flow)."""
     from qverify.quantize.build import build
 
     say = out.info if out is not None else (lambda m: None)
     quiet = bool(out is not None and out.json_mode)
-    results = []
+    ids = []
     for recipe in [baseline, *candidates]:
         say(f"build {recipe} …")
         r = build(recipe, model=cfg.model, drafter=cfg.drafter, workdir=workdir.root, trust_remote_code=cfg.trust_remote_code,
                   calib_samples=cfg.calib_samples, calib_seq_len=cfg.calib_seq_len,
                   on_stage=None if quiet else (lambda stage, secs: say(f"  {stage} done in {secs:.1f}s") if secs is not None else None))
         say(f"  {'reused' if r.reused else 'built'} {r.manifest.build_id}")
-        results.append(r)
-    spec = EvalSpec.from_config(cfg, suites=suites, serving=serving_profile(cfg.serving))  # as `qverify eval` resolves it
-    ids = [r.manifest.build_id for r in results]
-    # greedy/match's references (twins): composed here, evaluated on greedy alongside (`gate --budget` composes its own)
-    twins = ensure_twins(workdir, ids[0], ids[1:], say, cfg.trust_remote_code) if evaluate and "greedy" in suites else []
-    if evaluate:  # `gate --budget` evaluates in rounds itself
-        say(f"eval {', '.join(ids)} ({', '.join(suites)}, {spec.replicates} replicates)"
-            + (f", {', '.join(twins)} (greedy)" if twins else "") + " …")
-        evaluate_builds(workdir, ids + twins, spec, show_progress=not quiet, warn=out.warn if out is not None else None,
-                        suites_by_build={t: ["greedy"] for t in twins})
-    return results[0].manifest.build_id, [r.manifest.build_id for r in results[1:]]
+        ids.append(r.manifest.build_id)
+    return ids[0], ids[1:]

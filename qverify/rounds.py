@@ -2,7 +2,7 @@
 
 A budget buys rounds that each evaluate more items before a look at group-sequential levels; no budget is
 the fixed gate, a plan of one look at all of alpha on the runs as they are. Orchestration, so it lives in the
-pipeline layer beside pipeline.ensure_runs: qverify.gate stays statistics and the verdict, and imports no
+pipeline layer beside pipeline.ensure_builds: qverify.gate stays statistics and the verdict, and imports no
 runner, server or quantizer (tests/test_structure.py)."""
 
 from __future__ import annotations
@@ -16,18 +16,26 @@ from qverify.workdir import Workdir
 
 
 def gate_builds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], suites: list[str] | None,
-                budget: str | None, show_progress: bool = True) -> tuple[GateReport, list[Look], Plan]:
-    """Gate the candidates against the baseline within `budget` (None: one fixed look); writes gate.json."""
+                budget: str | None, show_progress: bool = True, evaluate_fixed: bool = False,
+                warn=None) -> tuple[GateReport, list[Look], Plan]:
+    """Gate the candidates against the baseline within `budget` (None: one fixed look); writes gate.json.
+    `evaluate_fixed`: the fixed look first evaluates what is missing to the config's limit (`gate --recipe --fixed`);
+    otherwise a fixed look gates the runs as they are."""
     from qverify.evals.store import RunStore
     from qverify.gate.gate import run_gate, suites_to_gate, write_report
 
     if budget is None:  # the runs as they are: by default the configured suites the baseline was evaluated on
         suites = suites_to_gate(wd, baseline, suites, cfg)
         plan = Plan.fixed(suites, cfg.replicates, cfg.alpha_per_candidate(len(candidates)))
-        evaluate, twins = None, []
+        evaluate, twins = (_evaluator(wd, cfg, baseline, candidates, suites, show_progress, warn, fixed=True)
+                           if evaluate_fixed else (None, []))
     else:  # evaluated round by round: every suite asked for
         suites = suites_to_gate(wd, baseline, suites or list(cfg.suites), cfg)
-        plan, evaluate, twins = _rounds(wd, cfg, baseline, candidates, suites, budget, show_progress)
+        evaluate, twins = _evaluator(wd, cfg, baseline, candidates, suites, show_progress, warn, fixed=False)
+        plan = make_plan(suites, _first_look(cfg, suites), cfg.replicates, 1 + len(candidates),
+                         cfg.alpha_per_candidate(len(candidates)),  # the looks' levels spend each candidate's alpha
+                         budget, cfg.looks, extra_builds={"greedy": len(twins)} if twins else None,
+                         seed_salt=cfg.seed_salt)
 
     def items_now(builds: list[str], want: dict[str, int]) -> list[dict[str, int]]:
         if evaluate is not None:
@@ -51,26 +59,25 @@ def gate_builds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list
     return report, looks, plan
 
 
-def _rounds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], suites: list[str], budget: str,
-            show_progress: bool):
-    """The budget's plan, and each round's evaluation of the builds (and greedy/match's twins) to their items."""
+def _evaluator(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], suites: list[str],
+               show_progress: bool, warn, fixed: bool):
+    """The one way the gate evaluates: each round brings the builds (and greedy/match's twins, on greedy) to their
+    items, with the serving profile `qverify eval` resolves. A fixed look evaluates once, to the config's limit."""
     from qverify.pipeline import EvalSpec, ensure_twins, evaluate_builds, serving_profile
 
-    # greedy/match's references (the candidates' twins) grow with the candidates' greedy runs, round by round
+    # greedy/match's references (the candidates' twins) are evaluated on greedy alongside the candidates
     twins = ensure_twins(wd, baseline, candidates, trust_remote_code=cfg.trust_remote_code) if "greedy" in suites else []
-    alpha = cfg.alpha_per_candidate(len(candidates))  # the looks' levels spend each candidate's alpha
-    plan = make_plan(suites, _first_look(cfg, suites), cfg.replicates, 1 + len(candidates), alpha, budget, cfg.looks,
-                     extra_builds={"greedy": len(twins)} if twins else None, seed_salt=cfg.seed_salt)
-    serving = serving_profile(cfg.serving)  # as `qverify eval` resolves it
+    serving = serving_profile(cfg.serving)
 
     def evaluate(builds: list[str], want: dict[str, int]) -> None:
-        for n in sorted(set(want.values())):  # one server session per build and distinct item count
-            group = [s for s, m in want.items() if m == n]
-            spec = EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving)
-            evaluate_builds(wd, builds, spec, show_progress=show_progress,
+        groups = {None: list(want)} if fixed else {n: [s for s, m in want.items() if m == n] for n in set(want.values())}
+        for n, group in sorted(groups.items(), key=lambda g: g[0] or 0):  # one server session per item count
+            spec = (EvalSpec.from_config(cfg, suites=group, serving=serving) if fixed else
+                    EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving))
+            evaluate_builds(wd, builds, spec, show_progress=show_progress, warn=warn,
                             suites_by_build={t: ["greedy"] for t in twins})
 
-    return plan, evaluate, twins
+    return evaluate, twins
 
 
 def default_budget(cfg: QVerifyConfig, suites: list[str], n_builds: int) -> int:

@@ -76,23 +76,27 @@ def test_builds_are_evaluated_at_the_same_time_on_the_embedded_backend(tmp_path)
 
 
 def test_gate_recipe_and_its_rounds_compose_the_twin_and_evaluate_it_on_greedy_alongside(tiny_model_dir, tmp_path):
-    """`qverify gate --recipe` for a candidate that changes target and drafter: ensure_runs composes the twin (its
-    target, the baseline's drafter) and evaluates it on the greedy suite only, on the candidate's items; the
-    `--budget` rounds grow it in step with the candidate; the gate compares greedy/match with it. Real builds,
-    real embedded servers on a tiny random model."""
+    """`qverify gate --recipe` for a candidate that changes target and drafter: the gate's one evaluation flow
+    (qverify.rounds) composes the twin (its target, the baseline's drafter) and evaluates it on the greedy suite only,
+    on the candidate's items, both for a fixed look (`--fixed`) and round by round (`--budget`), where it grows in
+    step with the candidate; the gate compares greedy/match with it. Real builds, real embedded servers on a tiny
+    random model."""
     from qverify.config import QVerifyConfig
     from qverify.evals.store import RunStore
     from qverify.gate import run_gate
-    from qverify.pipeline import ensure_runs
+    from qverify.pipeline import ensure_builds
     from qverify.rounds import gate_builds
     from qverify.workdir import Workdir
 
     wd = Workdir.at(tmp_path / "wd").ensure()
     cfg = QVerifyConfig(model=str(tiny_model_dir), suites=["greedy"], limit=4, replicates=1, calib_samples=8,
                         calib_seq_len=64, report=False)
-    base, (cand,) = ensure_runs(wd, cfg, "bf16", ["fp8kv_nvfp4shared_fp8drafter"], ["greedy", "toolcall"])
+    base, (cand,) = ensure_builds(wd, cfg, "bf16", ["fp8kv_nvfp4shared_fp8drafter"])
+    fixed, _, _ = gate_builds(wd, cfg, base, [cand], ["greedy", "toolcall"], None, show_progress=False,
+                              evaluate_fixed=True)
     twins = [d.name for d in wd.build_dirs() if wd.build_manifest(d.name).composed_from]
     assert len(twins) == 1 and wd.build_manifest(twins[0]).composed_from == {"target": cand, "drafter": base}
+    assert fixed.candidates[0].compared_with == {"greedy/match": twins[0]}
 
     def runs(n: int) -> None:
         ms = {b: RunStore(wd.run_dir(b, "greedy")).read_manifest() for b in (base, cand, twins[0])}

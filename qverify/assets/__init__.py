@@ -10,8 +10,3 @@ EMBEDDED_MODEL = ASSETS / "qverify-tiny"
 
 def default_model_dir() -> Path:
     return EMBEDDED_MODEL
-
-
-def default_drafter_dir() -> Path | None:
-    d = EMBEDDED_MODEL / "drafter"
-    return d if d.exists() else None

@@ -72,7 +72,7 @@ def gate_cmd(
         raise BadInput("--baseline and --candidate go together", fix="pass both, or --recipe NAME, or neither (./qverify.toml)")
     else:  # --recipe NAME, or ./qverify.toml's candidates: build and evaluate what is missing
         from qverify.logs import quiet_heavy_libraries
-        from qverify.pipeline import ensure_runs, suites_for_recipes
+        from qverify.pipeline import ensure_builds, suites_for_recipes
 
         quiet_heavy_libraries(s.verbose)
 
@@ -83,13 +83,13 @@ def gate_cmd(
 
             budget = str(default_budget(cfg, names, 1 + len(cands)))
         with s.out.stdout_is_data():
-            base_id, cand_ids = ensure_runs(s.workdir, cfg, baseline=cfg.baseline, candidates=cands, suites=names,
-                                            out=s.out, evaluate=fixed)
+            base_id, cand_ids = ensure_builds(s.workdir, cfg, baseline=cfg.baseline, candidates=cands, out=s.out)
     from qverify.rounds import gate_builds
 
     with s.out.stdout_is_data():
         report, _, _ = gate_builds(s.workdir, cfg, base_id, cand_ids, names, None if fixed else budget,
-                                   show_progress=not s.out.json_mode)
+                                   show_progress=not s.out.json_mode, evaluate_fixed=fixed and not baseline,
+                                   warn=s.out.warn)
     if s.out.json_mode:
         s.out.data(report.model_dump(mode="json"))
     else:

@@ -171,7 +171,3 @@ class RunStore:
 def load_run(runs_root: Path, build_id: str, suite: str) -> tuple[RunManifest | None, dict[int, list[ItemResult]]]:
     store = RunStore(run_path(runs_root, build_id, suite))
     return store.read_manifest(), store.all_results()
-
-
-def dump_json(path: Path, obj: object) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, default=str))

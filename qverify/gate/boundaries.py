@@ -105,19 +105,6 @@ def nominal_levels(fractions: tuple[float, ...], alpha: float, gamma: float = SP
     return tuple(float(sps.norm.sf(c)) for c in _looks(fr, list(incr), solve=True))
 
 
-def constant_boundary(looks: int, alpha: float, shape: str = "pocock") -> list[float]:
-    """Pocock (c_j = C) or O'Brien-Fleming (c_j = C sqrt(J/j)) boundaries for J equally spaced looks at
-    one-sided level alpha: the published constants' definition (Jennison & Turnbull 2000, tables 2.1, 2.3)."""
-    fr = [(j + 1) / looks for j in range(looks)]
-    scale = [1.0 if shape == "pocock" else math.sqrt(looks / (j + 1)) for j in range(looks)]
-
-    def size(c: float) -> float:
-        return sum(crossing_probabilities(fr, [c * s for s in scale])) - alpha
-
-    c = optimize.brentq(size, 0.5, 8.0, xtol=1e-7)
-    return [c * s for s in scale]
-
-
 @dataclass(frozen=True)
 class LookLevels:
     """What look `look` of a planned sequence tests at (used by qverify.gate.rule.decide).

@@ -60,14 +60,6 @@ def _iter_shards(path: Path):
         yield {k: v for k, v in shard.items() if not is_sglang_kv_scale(k)}, {k: v for k, v in shard.items() if is_sglang_kv_scale(k)}
 
 
-def _read_checkpoint(path: Path) -> dict:
-    """The whole checkpoint in memory (tests only: loading streams shard by shard)."""
-    out: dict = {}
-    for shard, _ in _iter_shards(path):
-        out.update(shard)
-    return out
-
-
 def _checkpoint_keys(path: Path) -> list[str]:
     return [k for f in _shard_files(path) for k in safetensors_header(f)[0] if not is_sglang_kv_scale(k)]
 

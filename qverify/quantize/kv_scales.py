@@ -43,12 +43,6 @@ DEFAULT_BACKEND = "trtllm_mla"  # SGLang 0.5.23's choice on SM100 for DeepSeek/K
 SGLANG_SCALES_SHARD = "model-sglang-kv-scales.safetensors"  # only a control's deliberate scale is written there
 
 
-def sglang_kv_scale_name(layer: int, prefix: str = "") -> str:
-    """The tensor name SGLang 0.5.23's DeepSeek loader maps onto the MLA attention's k_scale (`prefix`:
-    `language_model.` in a kimi_k25 wrapper, which SGLang's kimi_k25.py strips before that loader)."""
-    return f"{prefix}model.layers.{layer}.self_attn.k_proj.k_scale"
-
-
 def is_sglang_kv_scale(name: str) -> bool:
     """A tensor SGLang would load as an MLA attention's KV scale (transformers has no module for it)."""
     return bool(_SGLANG_VISIBLE.match(name))

@@ -42,16 +42,6 @@ def build_program(target: dict, code: str) -> str:
     return f"{head}{code}\n\n{target['tests']}\n"
 
 
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
-    if n - c < k:
-        return 1.0
-    prod = 1.0
-    for i in range(n - c + 1, n + 1):
-        prod *= 1.0 - k / i
-    return 1.0 - prod
-
-
 @suites.register("coding")
 class CodingSuite(Suite):
     name = "coding"

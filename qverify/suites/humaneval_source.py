@@ -62,8 +62,3 @@ def humaneval_items(n: int | None = None) -> list[Item]:
             )
         )
     return out
-
-
-def canonical_solutions(n: int | None = None) -> dict[str, str]:
-    """task_id -> canonical body (used by tests to prove the sandbox runs every problem)."""
-    return {p["task_id"]: p["canonical_solution"] for p in _problems()[:n]}

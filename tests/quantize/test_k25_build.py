@@ -66,13 +66,13 @@ def test_candidate_keeps_every_name_int4_vision_and_files(k25_built, kimi_k25):
 def test_kv_scale_names_keep_the_wrapper_prefix(k25_built):
     """The compressed-tensors pair (1.0, not calibrated) keeps the wrapper's `language_model.` names; SGLang sees no MLA scale in the production
     candidate (issue 28), and the name it would load is recognised under the prefix (so a stray one is refused)."""
-    from qverify.quantize.kv_scales import is_sglang_kv_scale, sglang_kv_scale_name
+    from qverify.quantize.kv_scales import is_sglang_kv_scale
 
     names = _tensors(k25_built("fp8kv_nvfp4shared").build_dir)
     assert not any(is_sglang_kv_scale(n) for n in names)
     pair = sorted(n for n in names if n.endswith(("self_attn.k_scale", "self_attn.v_scale")))
     assert pair and all(n.startswith("language_model.model.layers.") for n in pair)
-    assert is_sglang_kv_scale(sglang_kv_scale_name(2, "language_model."))
+    assert is_sglang_kv_scale("language_model.model.layers.2.self_attn.k_proj.k_scale")  # SGLang's kimi_k25.py strips the prefix
 
 
 def test_layerwise_model_computes_what_the_fully_dequantized_one_does(kimi_k25):

@@ -94,7 +94,7 @@ def test_an_sglang_visible_mla_scale_other_than_one_is_refused(kimi_built, tmp_p
 
     from qverify.errors import ExitCode
     from qverify.quantize.checkpoint import load_checkpoint
-    from qverify.quantize.kv_scales import sglang_kv_scale_name, sglang_scales_in_dir
+    from qverify.quantize.kv_scales import sglang_scales_in_dir
     from qverify.quantize.manifest import IntegrityError
     from qverify.quantize.shards import add_shard
 
@@ -102,7 +102,7 @@ def test_an_sglang_visible_mla_scale_other_than_one_is_refused(kimi_built, tmp_p
     assert sglang_scales_in_dir(d) == {}
     tampered = tmp_path / "tampered"
     shutil.copytree(d, tampered)
-    add_shard(tampered, "extra.safetensors", {sglang_kv_scale_name(1): torch.tensor(value, dtype=torch.bfloat16)})
+    add_shard(tampered, "extra.safetensors", {"model.layers.1.self_attn.k_proj.k_scale": torch.tensor(value, dtype=torch.bfloat16)})
     if not refused:
         assert load_checkpoint(tampered)[1].sglang_kv_scales == 1
         return

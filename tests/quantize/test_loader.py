@@ -106,12 +106,12 @@ def test_plain_from_pretrained_hazard_is_caught_by_the_check(built):
     """
     from transformers import AutoModelForCausalLM
 
-    from qverify.quantize.checkpoint import _read_checkpoint, compare_to_checkpoint
+    from qverify.quantize.checkpoint import _iter_shards, compare_to_checkpoint
 
     d = built("nvfp4shared").build_dir
     plain = AutoModelForCausalLM.from_pretrained(d, dtype="auto")
     with pytest.raises(IntegrityError):
-        compare_to_checkpoint(plain, _read_checkpoint(d), "transformers", d)
+        compare_to_checkpoint(plain, {k: v for shard, _ in _iter_shards(d) for k, v in shard.items()}, "transformers", d)
 
 
 # --------------------------------------------------------------------------- tampering

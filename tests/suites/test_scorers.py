@@ -11,7 +11,7 @@ from qverify.chatfmt import format_tool_calls
 from qverify.models import Item, Response, ToolCall
 from qverify.suites import get_suite
 from qverify.suites.bfcl_source import bfcl_items, bfcl_match
-from qverify.suites.coding import build_program, extract_code, pass_at_k
+from qverify.suites.coding import build_program, extract_code
 from qverify.suites.kld import kl_stats, token_kl
 from qverify.suites.sandbox import sandbox_kind
 from qverify.suites.toolcall_gen import TOOLS
@@ -92,15 +92,6 @@ def test_coding_scorer(content, passed, reason):
 def test_coding_scorer_none_content():
     s = get_suite("coding").score(CODING_ITEM, Response(content=None))
     assert s.values == {"pass@1": 0.0} and s.reason == "empty response"
-
-
-def test_pass_at_k():
-    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)  # c/n
-    assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
-    assert pass_at_k(10, 3, 5) == pytest.approx(1 - math.comb(7, 5) / math.comb(10, 5))
-    assert pass_at_k(5, 0, 1) == 0.0
-    assert pass_at_k(4, 1, 4) == 1.0  # n - c < k
-    assert pass_at_k(3, 3, 1) == 1.0
 
 
 # --------------------------------------------------------------------------- toolcall
