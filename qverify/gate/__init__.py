@@ -3,11 +3,14 @@
 metrics     gate-metric declarations (from each suite) and qverify.toml rules
 design      the runner's design -> per-item paired differences (shared seeds, run pairs, F1 jackknife)
 bounds      one-sided bounds: skew-corrected t + exact Clopper-Pearson on discordant items (pure)
+betting     an exact bound on a bounded mean by betting (Waudby-Smith & Ramdas 2023) (pure)
 rule        PASS (non-inferiority, intersection-union) / FAIL (Holm) / INCONCLUSIVE, refusals (pure)
 boundaries  group-sequential levels of planned looks: alpha spending on the looks' joint law (pure)
-sequential  confidence sequences for open-ended looks, look sizes (pure)
+plan_size   the default request budget, sized from the suites' tolerances (pure)
 budget      looks in rounds (a fixed gate: one look), resume (sequence.json); qverify/rounds.py runs it
 pairwise    flips, McNemar, K2VV trigger-F1 floor, KL matrices, output signatures (pure)
+looks       a fixed gate on grown runs is a second look: refused (optional stopping)
+reference   greedy/match's reference, found by content (twins)
 integrity   refusals: incomplete runs, mismatched items/versions/sampling, build ids
 loader / assemble   runs -> per-metric paired evidence
 decide      decisions -> MetricResult rows

@@ -1,9 +1,9 @@
 """`qverify gate --budget 10m` (or a request count): the gate in rounds, a look after each.
 
 Round j evaluates the first n_j = j * n_1 held-out items of every suite some metric of some
-candidate has not decided yet (the synthetic generators are unbounded and extend, never
-reshuffle: round j's items are round j-1's plus new ones; a finite real source stops
-growing and the report says it is exhausted). After the round the gate looks at those
+candidate has not decided yet (the generators extend, never reshuffle: round j's items are
+round j-1's plus new ones; a finite source, real or coding's synthetic one, stops growing and the
+report says it is exhausted). After the round the gate looks at those
 suites with its rule at the look's group-sequential levels (qverify.gate.boundaries): each
 metric's PASS test and FAIL test has a boundary from an alpha-spending function over the
 planned information fractions t_j = j / J, solved with the looks' joint law, so the chance of

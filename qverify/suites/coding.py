@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import re
+import threading
 from typing import ClassVar
 
 from qverify.models import Item, Response, Sampling, Score
@@ -42,6 +44,68 @@ def build_program(target: dict, code: str) -> str:
     return f"{head}{code}\n\n{target['tests']}\n"
 
 
+# Items each split can give: the generator's distinct behaviours saturate (test split, seed 7: 175 after 50k draws,
+# 198 after 100k, 208 after 300k). Declared a little below what seeds 0, 1 and 7 reach within 126k draws (test),
+# 40k (validation) and 50k (train), so a split always yields exactly its supply; tests/suites/test_coding_behaviour.py
+# checks it. MAX_DRAWS only turns a wrong declaration into an error instead of an endless loop.
+SUPPLY: dict[str, int] = {"test": 200, "validation": 200, "train": 1500}
+MAX_DRAWS = 400_000
+
+
+class _Stream:
+    """One (split, seed)'s items, drawn once per process and extended, never redrawn: items for n are the first n
+    of items for any larger n, and a gate's rounds (both builds' threads) share the draws."""
+
+    def __init__(self, split: Split, seed: int):
+        self.split, self.rng = split, split_rng("coding", split, seed)
+        self.items: list[Item] = []
+        self.stats_at: list[dict[str, int]] = []  # the draw counts when item i was kept
+        self.seen: set[str] = set()
+        self.stats = {"drawn": 0, "other_split": 0, "duplicate_behaviour": 0}
+        self.lock = threading.Lock()
+
+    def take(self, n: int) -> tuple[list[Item], dict[str, int]]:
+        with self.lock:
+            while len(self.items) < n:
+                self._draw_one()
+            return self.items[:n], dict(self.stats_at[n - 1]) if n else dict.fromkeys(self.stats, 0)
+
+    def _draw_one(self) -> None:
+        levels, weights = zip(*coding_gen.LEVEL_WEIGHTS.items())
+        rng, stats = self.rng, self.stats
+        while True:
+            stats["drawn"] += 1
+            if stats["drawn"] > MAX_DRAWS:
+                raise ValueError(f"coding: the {self.split} split gave {len(self.items)} distinct behaviours in "
+                                 f"{MAX_DRAWS} draws, below its declared SUPPLY")
+            fam, params, name, arg = coding_gen.draw(rng, rng.choices(levels, weights)[0])
+            spec = coding_gen.build(fam, params, name, arg)
+            key = coding_check.signature(spec.reference(), spec.name, spec.kind)
+            if split_of(key) != self.split:
+                stats["other_split"] += 1
+            elif key in self.seen:
+                stats["duplicate_behaviour"] += 1
+            else:
+                break
+        self.seen.add(key)
+        coding_gen.with_tests(fam, params, spec, rng)
+        prompt = f"Write a Python function `{spec.signature()}` that {spec.spec}."
+        answer = f"```python\n{spec.reference()}\n```"
+        self.items.append(Item.make(
+            "coding", self.split,
+            messages=[{"role": "user", "content": prompt}],
+            target={"tests": coding_gen.test_program(spec.name, spec.tests), "entry_point": spec.name,
+                    "reference": answer, "code": spec.reference(), "arg_kind": spec.kind},
+            metadata={"level": spec.level, "family": spec.family},
+        ))
+        self.stats_at.append(dict(stats))
+
+
+@functools.lru_cache(maxsize=None)
+def _stream(split: Split, seed: int) -> _Stream:
+    return _Stream(split, seed)
+
+
 @suites.register("coding")
 class CodingSuite(Suite):
     name = "coding"
@@ -63,42 +127,16 @@ class CodingSuite(Suite):
         return self.generate(canonical_split(split), n or self.default_n, seed)[0]
 
     def generate(self, split: Split, n: int, seed: int) -> tuple[list[Item], dict[str, int]]:
-        """Items of `split`, and how many candidates were drawn and why they were dropped.
+        """The first min(n, SUPPLY[split]) items of `split`, and how many candidates were drawn for them and why
+        they were dropped.
 
         The split key is the behaviour signature, so no item in one split behaves like an
         item in another; within a split, a candidate that behaves like an earlier one is a
-        near-duplicate (the same task under other names) and is dropped.
+        near-duplicate (the same task under other names) and is dropped. The generator has finitely many
+        behaviours, so the synthetic source is finite: asked for more than SUPPLY[split] it gives that many
+        and the gate reports the suite exhausted (qverify.gate.budget) instead of failing.
         """
-        rng = split_rng(self.name, split, seed)
-        levels, weights = zip(*coding_gen.LEVEL_WEIGHTS.items())
-        out: list[Item] = []
-        seen: set[str] = set()
-        stats = {"drawn": 0, "other_split": 0, "duplicate_behaviour": 0}
-        while len(out) < n:
-            stats["drawn"] += 1
-            if stats["drawn"] > 2000 * (n + 10):
-                raise ValueError(f"coding: the {split} split has fewer than {n} distinct behaviours")
-            fam, params, name, arg = coding_gen.draw(rng, rng.choices(levels, weights)[0])
-            spec = coding_gen.build(fam, params, name, arg)
-            key = coding_check.signature(spec.reference(), spec.name, spec.kind)
-            if split_of(key) != split:
-                stats["other_split"] += 1
-                continue
-            if key in seen:
-                stats["duplicate_behaviour"] += 1
-                continue
-            seen.add(key)
-            coding_gen.with_tests(fam, params, spec, rng)
-            prompt = f"Write a Python function `{spec.signature()}` that {spec.spec}."
-            answer = f"```python\n{spec.reference()}\n```"
-            out.append(Item.make(
-                self.name, split,
-                messages=[{"role": "user", "content": prompt}],
-                target={"tests": coding_gen.test_program(spec.name, spec.tests), "entry_point": spec.name,
-                        "reference": answer, "code": spec.reference(), "arg_kind": spec.kind},
-                metadata={"level": spec.level, "family": spec.family},
-            ))
-        return out, stats
+        return _stream(split, seed).take(min(n, SUPPLY[split]))
 
     def _humaneval(self, n: int | None) -> list[Item]:
         from qverify.suites.humaneval_source import humaneval_items

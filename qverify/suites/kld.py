@@ -106,7 +106,7 @@ class KLDSuite(Suite):
         tools = generate_toolcall_items("kld", split, n, seed + 7)
         out = []
         for i in range(n):
-            if rng.random() < 0.5:
+            if rng.random() < 0.5 and i < len(coding):  # coding's source is finite (coding.SUPPLY): tools past it
                 it = coding[i]
                 msgs = it.messages + [{"role": "assistant", "content": it.target["reference"]}]
                 text = render_chat(msgs, None, add_generation_prompt=False)

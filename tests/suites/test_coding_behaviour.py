@@ -114,3 +114,26 @@ def test_generation_reports_dropped_duplicates():
     items, stats = CodingSuite().generate("test", 40, 0)
     assert len(items) == 40 and stats["drawn"] == 40 + stats["other_split"] + stats["duplicate_behaviour"]
     assert stats["duplicate_behaviour"] > 0
+
+
+@pytest.mark.parametrize(("split", "seed"), [("test", 0), ("test", 7), ("validation", 0), ("train", 0)])
+def test_a_split_gives_its_declared_supply_and_no_more(split, seed):
+    """The synthetic source is finite: asked for more than a split has, it gives exactly its supply (the gate then
+    reports the suite exhausted) instead of raising as it did (a 12-look default gate asked kld for 300, hence
+    coding for 300, and ended exit 3 at look 2). Seeds 0 (coding, greedy) and 7 (kld) are the ones gating uses."""
+    from qverify.suites.coding import SUPPLY
+
+    items = CodingSuite().items(split, SUPPLY[split] + 500, seed)
+    assert len(items) == SUPPLY[split] and len({i.id for i in items}) == SUPPLY[split]
+    assert CodingSuite().items(split, 50, seed) == items[:50]  # extended, never redrawn
+
+
+def test_kld_past_codings_supply_fills_with_tool_items():
+    from qverify.suites.coding import SUPPLY
+    from qverify.suites.kld import KLDSuite
+
+    n = SUPPLY["test"] + 100
+    items = KLDSuite().items("test", n)
+    assert len(items) == n and len({i.id for i in items}) == n
+    assert items[:150] == KLDSuite().items("test", 150)  # the default items are unchanged: runs grow, not redraw
+    assert {i.metadata["from"] for i in items[SUPPLY["test"]:]} == {"kld"}  # toolcall-style items past coding's
