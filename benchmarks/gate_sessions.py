@@ -39,8 +39,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from damage_dial import RECIPE  # noqa: E402  (the dial's control recipe, one definition)
-from qverify.evals.store import atomic_write_text  # noqa: E402
+from damage_dial import RECIPE  # the dial's control recipe, one definition
+
+from qverify.evals.store import atomic_write_text
 
 SALT_BASE, UNCOUPLED, REF_SALT = 1000, 500_000, 999_999  # session k: salt 1000+k; A/A uncoupled: +500000
 KEY_METRICS = ("toolcall/exact_call", "coding/pass@1", "kld/kld")

@@ -101,7 +101,7 @@ class _Stream:
         self.stats_at.append(dict(stats))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _stream(split: Split, seed: int) -> _Stream:
     return _Stream(split, seed)
 

@@ -14,9 +14,8 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats as sps
-
 from scipy import optimize
+from scipy import stats as sps
 
 from qverify.gate.boundaries import LookLevels, crossing_probabilities, nominal_levels, spending
 
