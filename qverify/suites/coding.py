@@ -101,7 +101,7 @@ class _Stream:
         self.stats_at.append(dict(stats))
 
 
-@functools.cache
+@functools.lru_cache(maxsize=32)  # a gate uses a few (split, seed) pairs; the trainer's one per step need not stay
 def _stream(split: Split, seed: int) -> _Stream:
     return _Stream(split, seed)
 
