@@ -74,19 +74,27 @@ def read_input_text(path, what: str, fix: str) -> str:
     """A user-given text file (recipe, config, profile): a directory or binary content is bad input."""
     from pathlib import Path
 
-    import stat
-
     p = Path(path)
     if p.is_dir():
         raise BadInput(f"{what} {p} is a directory, not a file", fix=fix)
-    try:
-        mode = p.stat().st_mode
-    except OSError:
-        mode = None  # missing or unreadable: the read below words it
-    if mode is not None and not stat.S_ISREG(mode):
-        # a FIFO (or a device) would block the read forever, or stream without end: refuse it before opening
-        raise BadInput(f"{what} {p} is not a regular file (a FIFO, socket or device)", fix=fix)
+    refuse_special_files([p], what, fix)
     try:
         return p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise BadInput(f"{what} {p} is not a text file (not UTF-8)", fix=fix) from None
+
+
+def refuse_special_files(paths, what: str, fix: str) -> None:
+    """Bad input if any of `paths` is a FIFO, socket or device: opening one blocks forever (a FIFO waits for a
+    writer) or streams without end. Files handed to qverify (configs, recipes, build folders, run folders) pass
+    here before they are opened; missing or unreadable ones are left to the read that follows."""
+    import stat
+    from pathlib import Path
+
+    for p in paths:
+        try:
+            mode = Path(p).stat().st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise BadInput(f"{what} {p} is not a regular file (a FIFO, socket or device)", fix=fix)

@@ -10,15 +10,18 @@ URLs are recorded and logged without their userinfo (`shown_url`).
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import threading
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote
 
 MASK = "***"
 MIN_LEN = 4  # shorter values would mask ordinary text; no real key is this short
 _USERINFO = re.compile(r"([a-z][a-z0-9+.-]*://)[^/\s@]+@", re.IGNORECASE)
+# userinfo at the start of an authority, with or without a scheme: group 2 is `user[:password]`
+_ANY_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)?([^/?#\s]+)@", re.IGNORECASE)  # up to the last @, as urlsplit
 _secrets: set[str] = set()
 _lock = threading.Lock()
 
@@ -67,19 +70,17 @@ def scrub_obj(obj: Any) -> Any:
 
 
 def shown_url(url: str | None) -> str | None:
-    """`url` without `user:pass@` (its password registered as a secret): what logs, messages and manifests hold."""
+    """`url` without `user:pass@` (its password registered as a secret): what logs, messages and manifests hold.
+    Also for a URL urlsplit refuses (a bad IPv6 host) or one without a scheme (`user:pass@host`), so an error
+    message that quotes a bad --endpoint never shows its password."""
     if not url:
         return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:
+    m = _ANY_USERINFO.match(url)
+    if m is None:
         return url
-    if "@" not in parts.netloc:
-        return url
-    register(parts.password)
-    if parts.username and parts.password:  # httpx sends them as Basic auth, which a server may echo back
-        import base64
-
-        register(base64.b64encode(f"{parts.username}:{parts.password}".encode()).decode())
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=host))
+    user, _, password = m.group(2).partition(":")
+    for pw, name in ((password, user), (unquote(password), unquote(user))):  # httpx sends them percent-decoded
+        register(pw)
+        if name and pw:  # as Basic auth, which a server may echo back
+            register(base64.b64encode(f"{name}:{pw}".encode()).decode())
+    return url[:m.start(2)] + url[m.end():]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qverify.errors import BadInput
+from qverify.errors import BadInput, refuse_special_files
 from qverify.models import SAFE_NAME, BuildManifest
 
 BUILD_MANIFEST = "build.json"
@@ -143,10 +143,11 @@ class Workdir:
         every evaluated artifact must carry a manifest.
         """
         p = Path(ref)
-        if not is_build(p):
+        if not is_build(p) and not manifest_path(p).exists():  # exists(): a FIFO build.json is refused below
             # a name that is not one safe path component is never looked up under builds/ (no `..`, no `/`)
             cand = self.build_dir(str(ref)) if SAFE_NAME.fullmatch(str(ref)) else None
             p = cand if cand is not None and is_build(cand) else self._find_build(str(ref))
+        _refuse_special_files(p)
         try:
             return p, read_build_manifest(p)
         except ValueError as e:
@@ -172,6 +173,13 @@ class Workdir:
         """The id a build's runs are filed under (runs/<id>/), from any reference resolve_build takes; a plain
         name with runs but no build dir (an endpoint's runs) is its own id."""
         name = str(ref)
-        if SAFE_NAME.fullmatch(name) and ((self.runs / name).is_dir() or is_build(self.build_dir(name))):
+        if SAFE_NAME.fullmatch(name) and ((self.runs / name).is_dir() or manifest_path(self.build_dir(name)).exists()):
+            if self.build_dir(name).is_dir():
+                _refuse_special_files(self.build_dir(name))
             return name
         return self.resolve_build(ref)[1].build_id
+
+
+def _refuse_special_files(build_dir: Path) -> None:
+    # a FIFO (build.json, config.json, a shard) would hang whatever reads it: refused before anything is opened
+    refuse_special_files(build_dir.rglob("*"), f"build folder {build_dir}:", fix="a build folder holds files and folders only")

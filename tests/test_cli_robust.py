@@ -166,6 +166,22 @@ def test_full_disk_under_the_workdir_is_infrastructure_with_a_fix(gated_wd):
     assert "no space left" in line.lower() and "fix:" in line
 
 
+@pytest.mark.parametrize("fifo", ["runs/cand/coding/manifest.json", "runs/cand/coding/r0.jsonl",
+                                  "builds/cand/config.json", "builds/cand/build.json"])
+def test_a_fifo_in_a_run_or_build_folder_is_bad_input_at_once(gated_wd, tmp_path, fifo):
+    """Opening a FIFO waits for a writer forever: a run or build folder someone hands you could stall CI (the
+    hostile pass: `gate` and `verify-build` hung until killed). Refused before anything opens it."""
+    wd = tmp_path / "wd"
+    shutil.copytree(gated_wd, wd)
+    target = wd / fifo
+    target.unlink(missing_ok=True)
+    os.mkfifo(target)
+    r = run("--workdir", str(wd), *GATE, cwd=tmp_path)
+    assert r.returncode == 4, r.stderr
+    line = one_error_line(r)
+    assert "not a regular file" in line and target.name in line
+
+
 # ---------------------------------------------------------------- the catch-all
 
 def test_an_unexpected_error_is_exit_3_with_one_line_and_a_crash_log(tmp_path, capsys):

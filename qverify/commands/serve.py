@@ -34,12 +34,12 @@ def serve_cmd(
     config: ConfigOpt = None,
 ) -> None:
     """Serve a build over an OpenAI-compatible API (local, sglang, endpoint)."""
+    from qverify.config import load_config
     from qverify.errors import InfraError
+    from qverify.scrub import shown_url
     from qverify.serve import get_backend
     from qverify.serve.base import free_port, tail
     from qverify.serve.profile import resolve_profile
-
-    from qverify.config import load_config
 
     s = state(ctx)
     prof = resolve_profile(backend, profile, endpoint, api_key_env)
@@ -54,7 +54,7 @@ def serve_cmd(
         if s.out.json_mode:
             s.out.data({"backend": prof.backend, "profile": prof.name, "commands": lines, "command": srv.command()})
         else:
-            sys.stdout.write("\n".join(lines or [f"# nothing to launch: attach to {prof.endpoint}"]) + "\n")
+            sys.stdout.write("\n".join(lines or [f"# nothing to launch: attach to {shown_url(prof.endpoint)}"]) + "\n")
         return
 
     # SIGTERM (a scheduler, `timeout`) stops the server exactly as Ctrl-C does. SIGINT is set too: a shell

@@ -16,11 +16,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qverify.errors import BadInput
+from qverify.errors import BadInput, refuse_special_files
 from qverify.models import ItemResult, RunManifest
 from qverify.scrub import scrub_obj, secrets
 from qverify.workdir import run_path
-
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +49,9 @@ def _scrubbed_json(model) -> str:
     return text
 
 
+_RUN_FILE_FIX = "remove it; the run's results are files written by `qverify eval`"
+
+
 def _scan(path: Path) -> tuple[list[ItemResult], list[bytes], list[bytes], int]:
     """Valid results, their lines, the complete lines that are not results, and where a torn tail starts."""
     out: list[ItemResult] = []
@@ -58,6 +60,7 @@ def _scan(path: Path) -> tuple[list[ItemResult], list[bytes], list[bytes], int]:
     end = 0
     if not path.exists():
         return out, good, bad, 0
+    refuse_special_files([path], "run file", fix=_RUN_FILE_FIX)
     with open(path, "rb") as f:
         for line in f:
             if not line.endswith(b"\n"):
@@ -138,6 +141,7 @@ class RunStore:
     def read_manifest(self) -> RunManifest | None:
         if not self.manifest_path.exists():
             return None
+        refuse_special_files([self.manifest_path], "run file", fix=_RUN_FILE_FIX)
         try:
             return RunManifest.model_validate_json(self.manifest_path.read_bytes())
         except ValueError as e:  # a damaged file is the user's to fix, not a bug: name it and the way out

@@ -29,6 +29,19 @@ from qverify.serve.openai_http import (
 )
 
 
+def check_endpoint_url(url: str) -> None:
+    """Bad input unless `url` is an http(s) URL with a host and a valid port; the message never shows a password."""
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 (raises ValueError on a port out of range)
+    except ValueError:  # a bad IPv6 host, a port out of range
+        ok = False
+    if not ok:
+        raise BadInput(f"--endpoint {shown_url(url)!r} is not an http(s) URL",
+                       fix="pass e.g. --endpoint http://10.0.0.5:30000")
+
+
 @backends.register("endpoint")
 class EndpointBackend(ServerBackend):
     name = "endpoint"
@@ -37,9 +50,7 @@ class EndpointBackend(ServerBackend):
         url = self.profile.endpoint
         if not url:
             raise BadInput("the endpoint backend needs a URL", fix="pass --endpoint http://HOST:PORT")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise BadInput(f"--endpoint {url!r} is not an http(s) URL", fix="pass e.g. --endpoint http://10.0.0.5:30000")
+        check_endpoint_url(url)
         self.root = root_url(url)
         self.shown = shown_url(self.root)  # no user:pass@ in logs, messages or the log's name
         self.api_key = read_api_key(self.profile.api_key_env)

@@ -55,3 +55,43 @@ def test_registered_secrets_reach_the_report_redaction():
     out = redact_obj(row)
     assert "zz-unnamed-credential-42" not in str(out) and "pw1234" not in str(out)
     assert scrub_text("see https://bob:pw1234@h.example/v1") == "see https://h.example/v1"
+
+
+def test_a_percent_encoded_password_is_in_nothing_written(bf16_build, tmp_path):
+    """A password with `$`, `:` or `@` must be percent-encoded in a URL; httpx decodes it before sending Basic auth,
+    so the decoded form and its base64 are what a server echoes (the hostile pass found both stored)."""
+    from urllib.parse import quote
+
+    raw = "Pa$$w0rd:@9x"
+    r, files = _eval_against_echo(bf16_build, tmp_path, f"alice:{quote(raw, safe='')}@")
+    basic = base64.b64encode(f"alice:{raw}".encode()).decode()
+    for p in files:
+        text = p.read_text(errors="replace")
+        assert raw not in text and basic not in text and quote(raw, safe="") not in text, p
+    assert raw not in r.stderr + r.stdout
+
+
+def test_no_message_shows_an_endpoint_password(bf16_build, tmp_path):
+    """`serve --dry-run` printed the URL as given; a URL without a scheme was quoted whole in its error; a bad
+    IPv6 host crashed as "a bug in qverify" (exit 3). Each now shows the URL without `user:pass@`, and a bad URL
+    is exit 4 before anything runs."""
+    import subprocess
+    import sys
+
+    wd = _workdir(bf16_build, tmp_path)
+
+    def serve(url: str):
+        return subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(wd), "serve", bf16_build.manifest.build_id,
+                               "--backend", "endpoint", "--endpoint", url, "--dry-run"],
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    r = serve(f"http://alice:{PASSWORD}@127.0.0.1:9/v1")
+    assert r.returncode == 0 and "127.0.0.1:9" in r.stdout, r.stderr
+    assert PASSWORD not in r.stdout + r.stderr
+    for bad in (f"alice:{PASSWORD}@127.0.0.1:9/v1", f"http://alice:{PASSWORD}@[::1/v1", f"http://alice:{PASSWORD}@h:99999/v1"):
+        r = serve(bad)
+        assert r.returncode == 4, (bad, r.stderr)
+        assert "not an http(s) URL" in r.stderr and PASSWORD not in r.stdout + r.stderr, r.stderr
+    for bad in (f"alice:{PASSWORD}@127.0.0.1:9/v1", f"http://alice:{PASSWORD}@[::1/v1"):
+        r, _ = _eval(wd, bf16_build, bad, "--suites", "toolcall", "--limit", "1", timeout=120)
+        assert r.returncode == 4 and PASSWORD not in r.stdout + r.stderr, r.stderr
