@@ -27,11 +27,11 @@ def gate_builds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list
     if budget is None:  # the runs as they are: by default the configured suites the baseline was evaluated on
         suites = suites_to_gate(wd, baseline, suites, cfg)
         plan = Plan.fixed(suites, cfg.replicates, cfg.alpha_per_candidate(len(candidates)))
-        evaluate, twins = (_evaluator(wd, cfg, baseline, candidates, suites, show_progress, warn, fixed=True)
+        evaluate, twins = (_evaluator(wd, cfg, baseline, candidates, suites, show_progress, warn)
                            if evaluate_fixed else (None, []))
     else:  # evaluated round by round: every suite asked for
         suites = suites_to_gate(wd, baseline, suites or list(cfg.suites), cfg)
-        evaluate, twins = _evaluator(wd, cfg, baseline, candidates, suites, show_progress, warn, fixed=False)
+        evaluate, twins = _evaluator(wd, cfg, baseline, candidates, suites, show_progress, warn)
         plan = make_plan(suites, _first_look(cfg, suites), cfg.replicates, 1 + len(candidates),
                          cfg.alpha_per_candidate(len(candidates)),  # the looks' levels spend each candidate's alpha
                          budget, cfg.looks, extra_builds={"greedy": len(twins)} if twins else None,
@@ -60,7 +60,7 @@ def gate_builds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list
 
 
 def _evaluator(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], suites: list[str],
-               show_progress: bool, warn, fixed: bool):
+               show_progress: bool, warn):
     """The one way the gate evaluates: each round brings the builds (and greedy/match's twins, on greedy) to their
     items, with the serving profile `qverify eval` resolves. A fixed look evaluates once, to the config's limit."""
     from qverify.pipeline import EvalSpec, ensure_twins, evaluate_builds, serving_profile
@@ -70,9 +70,10 @@ def _evaluator(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[
     serving = serving_profile(cfg.serving)
 
     def evaluate(builds: list[str], want: dict[str, int]) -> None:
-        groups = {None: list(want)} if fixed else {n: [s for s, m in want.items() if m == n] for n in set(want.values())}
-        for n, group in sorted(groups.items(), key=lambda g: g[0] or 0):  # one server session per item count
-            spec = (EvalSpec.from_config(cfg, suites=group, serving=serving) if fixed else
+        for n in sorted(set(want.values())):  # one server session per build and distinct item count
+            group = [s for s, m in want.items() if m == n]
+            # 0: a fixed plan's look (Plan.fixed), evaluated to the config's limit as `qverify eval` does
+            spec = (EvalSpec.from_config(cfg, suites=group, serving=serving) if n == 0 else
                     EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving))
             evaluate_builds(wd, builds, spec, show_progress=show_progress, warn=warn,
                             suites_by_build={t: ["greedy"] for t in twins})

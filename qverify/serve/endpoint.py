@@ -29,8 +29,10 @@ from qverify.serve.openai_http import (
 )
 
 
-def check_endpoint_url(url: str) -> None:
+def check_endpoint_url(url: str | None) -> None:
     """Bad input unless `url` is an http(s) URL with a host and a valid port; the message never shows a password."""
+    if not url:
+        raise BadInput("the endpoint backend needs a URL", fix="pass --endpoint http://HOST:PORT")
     try:
         parts = urlsplit(url)
         ok = parts.scheme in ("http", "https") and bool(parts.hostname)
@@ -48,8 +50,6 @@ class EndpointBackend(ServerBackend):
 
     def start(self) -> Endpoint:
         url = self.profile.endpoint
-        if not url:
-            raise BadInput("the endpoint backend needs a URL", fix="pass --endpoint http://HOST:PORT")
         check_endpoint_url(url)
         self.root = root_url(url)
         self.shown = shown_url(self.root)  # no user:pass@ in logs, messages or the log's name

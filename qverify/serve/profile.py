@@ -151,8 +151,6 @@ def resolve_profile(backend: str | None = None, profile: str | None = None, endp
         prof = prof.model_copy(update={"endpoint": endpoint})
     if api_key_env:
         prof = prof.model_copy(update={"api_key_env": api_key_env})
-    if prof.backend == "endpoint" and not prof.endpoint:
-        raise BadInput("the endpoint backend needs a URL", fix="pass --endpoint http://HOST:PORT")
     if prof.backend == "endpoint":
         from qverify.serve.endpoint import check_endpoint_url  # the backend's own check, before any command runs
 

@@ -56,10 +56,11 @@ class GreedySuite(Suite):
 
     def items(self, split: Split = "test", n: int | None = None, seed: int = 0, source: str = "synthetic") -> list[Item]:
         n, split = n or self.default_n, canonical_split(split)
-        # coding's source is finite (coding.SUPPLY): past 2 x its supply greedy gives fewer than n items and the
-        # gate reports it exhausted, keeping the half-coding mix its derived tolerance assumes
+        # coding's source is finite (coding.SUPPLY): past 2 x its supply greedy gives fewer than n items (the gate
+        # reports it exhausted) and no more tool items than coding ones, keeping the half-coding mix its derived
+        # tolerance assumes (MATCH_TOLERANCE above); below that, n // 2 <= (n + 1) // 2 = len(coding)
         coding = CodingSuite().items(split, (n + 1) // 2, seed)
-        tools = generate_toolcall_items("toolcall", split, n // 2, seed)
+        tools = generate_toolcall_items("toolcall", split, min(n // 2, len(coding)), seed)
         return [Item.make(self.name, split, messages=i.messages, tools=i.tools, target={},
                           metadata={"from": i.suite}) for i in coding + tools]
 

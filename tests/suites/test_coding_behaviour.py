@@ -137,3 +137,16 @@ def test_kld_past_codings_supply_fills_with_tool_items():
     assert len(items) == n and len({i.id for i in items}) == n
     assert items[:150] == KLDSuite().items("test", 150)  # the default items are unchanged: runs grow, not redraw
     assert {i.metadata["from"] for i in items[SUPPLY["test"]:]} == {"kld"}  # toolcall-style items past coding's
+
+
+def test_greedy_past_codings_supply_stays_half_coding():
+    """greedy's derived tolerance assumes half its items are coding: past coding's supply it stops at 2 x supply
+    (the gate reports it exhausted) instead of filling with tool items."""
+    from qverify.suites.coding import SUPPLY
+    from qverify.suites.greedy import GreedySuite
+
+    items = GreedySuite().items("test", 2 * SUPPLY["test"] + 100)
+    sources = [i.metadata["from"] for i in items]
+    assert len(items) == 2 * SUPPLY["test"] and sources.count("coding") == sources.count("toolcall") == SUPPLY["test"]
+    small = GreedySuite().items("test", 24)  # the default items are unchanged
+    assert [i.metadata["from"] for i in small] == ["coding"] * 12 + ["toolcall"] * 12
