@@ -16,7 +16,16 @@ from typing import Any
 
 import httpx
 
-from qverify.evals.body import ACCEPT_ENCODING, MAX_BODY_BYTES, MAX_ERROR_BODY_BYTES, BodyTooLarge, capped_lines, read_capped, retry_after_s
+from qverify.evals.body import (
+    ACCEPT_ENCODING,
+    IN_FLIGHT,
+    MAX_BODY_BYTES,
+    MAX_ERROR_BODY_BYTES,
+    BodyTooLarge,
+    capped_lines,
+    read_capped,
+    retry_after_s,
+)
 from qverify.models import Endpoint, Response, ToolCall
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
@@ -93,6 +102,15 @@ def parse_completion(data: Any) -> Response:
                 for t, v, top in zip(lp["tokens"], lp["token_logprobs"], lp.get("top_logprobs") or [None] * len(lp["tokens"]))]
     return Response(content=ch.get("text"), finish_reason=ch.get("finish_reason"), usage=_usage(data),
                     logprobs=rows, meta_info=_meta(ch, data), model=_model(data))
+
+
+def _parsed(raw: bytes, kind: str) -> tuple[Response | None, str | None]:
+    """(the response, None), or (None, why) for a 200 whose body is not a completion (this item's bad_response)."""
+    try:
+        data = json.loads(raw)
+        return (parse_chat(data) if kind == "chat" else parse_completion(data)), None
+    except Exception as e:  # noqa: BLE001 - any body that is not a completion is this item's error
+        return None, f"{type(e).__name__}: {e}"[:200]
 
 
 @dataclass(frozen=True)
@@ -176,20 +194,21 @@ class Client:
             tries[0] = attempt
             wait = None
             try:
-                async with self.http.stream("POST", path, json=body) as r:
-                    ok = r.status_code == 200
-                    raw = await read_capped(r, MAX_BODY_BYTES if ok else MAX_ERROR_BODY_BYTES, strict=ok)
+                with IN_FLIGHT.share() as held:  # the raw body counts in the process-wide budget until it is parsed
+                    async with self.http.stream("POST", path, json=body) as r:
+                        ok = r.status_code == 200
+                        raw = await read_capped(r, MAX_BODY_BYTES if ok else MAX_ERROR_BODY_BYTES, strict=ok, held=held)
+                    if ok:
+                        resp, bad = _parsed(raw, kind)
+                        raw = b""  # nothing of an answer stays held past its share
                 if ok:
-                    try:
-                        data = json.loads(raw)
-                        resp = parse_chat(data) if kind == "chat" else parse_completion(data)
+                    if bad is None:
                         return CallResult(resp, None, time.perf_counter() - t0, attempt)
-                    except Exception as e:  # noqa: BLE001 - any body that is not a completion is this item's error
-                        err, detail = "bad_response", f"{type(e).__name__}: {e}"[:200]
-                        if attempt >= 2:  # once more in case a proxy cut it short; a broken server stays broken
-                            break
-                        await asyncio.sleep(self.backoff_s)
-                        continue
+                    err, detail = "bad_response", bad
+                    if attempt >= 2:  # once more in case a proxy cut it short; a broken server stays broken
+                        break
+                    await asyncio.sleep(self.backoff_s)
+                    continue
                 text = raw.decode("utf-8", "replace")
                 detail = text[:300]
                 if r.status_code not in RETRY_STATUS:
