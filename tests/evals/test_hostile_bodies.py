@@ -80,7 +80,7 @@ def test_many_endless_bodies_at_once_stay_within_one_budget():
     from qverify.evals.body import MAX_IN_FLIGHT_BYTES
 
     with BadServer("endless") as srv:
-        p = subprocess.run([sys.executable, "-c", _CHILD_MANY, srv.url + "/v1", "64"], capture_output=True, text=True,
+        p = subprocess.run([sys.executable, "-c", _CHILD_MANY, srv.url + "/v1", "64"], capture_output=True, text=True, check=False,
                            timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])

@@ -272,5 +272,5 @@ def test_create_app_is_named_steps():
     server_py = Path(__file__).parents[2] / "qverify" / "serve" / "embedded" / "server.py"
     r = subprocess.run([sys.executable, "-m", "ruff", "check", "--select", "C901,PLR0915", "--config",
                         "lint.mccabe.max-complexity = 10", "--config", "lint.pylint.max-statements = 50", str(server_py)],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
