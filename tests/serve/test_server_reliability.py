@@ -79,6 +79,13 @@ def test_a_64_bit_seed_is_a_400_and_the_chats_beside_it_finish(server):
     assert ok.status_code == 200, ok.text  # the largest int64 is a seed like any other
 
 
+@pytest.mark.parametrize("choice", [{"type": "function", "function": "read_file"}, {"function": {"name": 3}}])
+def test_a_malformed_tool_choice_is_a_400(server, choice):
+    url, _, _ = server
+    r = httpx.post(f"{url}{CHAT}", json=_chat(0, tools=parrot.TOOLS, tool_choice=choice), headers=H, timeout=60)
+    assert r.status_code == 400 and "tool_choice" in r.json()["error"]["message"], r.text
+
+
 def test_a_sequence_that_raises_inside_a_step_fails_alone(parrot_dir):
     """Below the server's checks: 12 sequences share engine steps on the real worker thread; one's stream callback
     raises mid-generation and one's seed (forced past int64 after the checks) breaks its sampling row. Only those

@@ -53,7 +53,10 @@ def render(tok, body: ChatBody) -> Rendered:
     if body.tools and body.tool_choice == "required":
         prefill = SECTION_BEGIN
     elif body.tools and isinstance(body.tool_choice, dict):
-        fn = body.tool_choice.get("function", {}).get("name")
+        fn = body.tool_choice.get("function")
+        fn = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(fn, str):  # was an AttributeError, a 500 with a traceback in the log each time
+            raise ValueError('tool_choice must be {"type": "function", "function": {"name": "..."}}')
         prefill = f"{SECTION_BEGIN}{CALL_BEGIN}functions.{fn}:0{ARG_BEGIN}"
     elif body.tool_choice == "none" or not body.tools:
         banned = [tok.convert_tokens_to_ids(SECTION_BEGIN)]
