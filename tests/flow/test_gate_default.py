@@ -1,0 +1,71 @@
+"""`qverify gate` has one default however the builds are named (issue 36.1): budgeted rounds that resume the runs
+that exist; `--fixed` is the one look at the runs as they are. And a gate that decided nothing is not uploaded
+(issue 40.5). Synthetic runs through the real RunStore; qverify.rounds.gate_builds is replaced only to record
+what the flow asked of it (the rounds themselves are tested in tests/test_pipeline.py on real servers)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qverify.rounds as rounds
+from qverify.config import QVerifyConfig
+from qverify.errors import BadInput
+from qverify.output import Output
+from qverify.workdir import Workdir
+from tests import synth
+
+
+@pytest.fixture
+def wd(tmp_path):
+    wd = Workdir.at(tmp_path / "wd").ensure()
+    rng = np.random.default_rng(0)
+    for b in ("base", "cand"):
+        synth.write_build(wd.builds, b, recipe=b)
+        synth.write_run(wd.runs, b, "coding",
+                        synth.results("coding", synth.item_ids("coding", 40), {"pass@1": synth.bernoulli(np.full(40, .7), 3, rng)}))
+    return wd
+
+
+def _asked(monkeypatch, wd, ask, cfg=None):
+    seen = {}
+
+    def fake(wd_, cfg_, base, cands, suites, budget, **kw):
+        seen.update(base=base, cands=cands, suites=suites, budget=budget, **kw)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(rounds, "gate_builds", fake)
+    with pytest.raises(SystemExit):
+        rounds.gate(wd, cfg or QVerifyConfig(suites=["coding"], report=False), ask, out=Output())
+    return seen
+
+
+def test_named_builds_get_the_budgeted_default_like_recipes(monkeypatch, wd):
+    """Before: `fixed = fixed or budget is None` for --baseline/--candidate, so the README's production gate (no
+    eval step) gated no runs and was refused, exit 3."""
+    seen = _asked(monkeypatch, wd, rounds.GateAsk(baseline="base", candidates=("cand",)))
+    cfg = QVerifyConfig(suites=["coding"], report=False)
+    assert seen["budget"] == str(rounds.default_budget(cfg, ["coding"], 2))
+    assert seen["suites"] == ["coding"] and seen["cands"] == ["cand"]
+
+
+def test_fixed_is_the_runs_as_they_are(monkeypatch, wd):
+    seen = _asked(monkeypatch, wd, rounds.GateAsk(baseline="base", candidates=("cand",), fixed=True))
+    assert seen["budget"] is None and seen["evaluate_fixed"] is False and seen["suites"] is None
+    with pytest.raises(BadInput, match="alternatives"):
+        rounds.gate(wd, QVerifyConfig(suites=["coding"]), rounds.GateAsk(baseline="base", candidates=("cand",), fixed=True,
+                                                                         budget="100"), out=Output())
+
+
+def test_a_gate_that_decided_nothing_is_not_uploaded(wd, capsys):
+    """Every suite refused ("no results"): exit 3, and no release candidate in MLflow (before: uploaded, and
+    `report --compare` ranked it first)."""
+    from qverify.gate.gate import run_gate
+
+    report = run_gate(wd, "base", ["cand"], ["toolcall"], QVerifyConfig(suites=["toolcall"]), write=True)
+    assert rounds.decided_nothing(report)
+    assert rounds.upload_gate(wd, report, f"sqlite:///{wd.root}/mlflow.db", Output()) == 0
+    assert "decided nothing" in capsys.readouterr().err
+    assert not wd.mlflow_db.exists()
+    decided = run_gate(wd, "base", ["cand"], ["coding"], QVerifyConfig(suites=["coding"]), write=False)
+    assert not rounds.decided_nothing(decided)
