@@ -19,6 +19,9 @@ EndpointOpt = Annotated[str | None, typer.Option("--endpoint", help="URL of a ru
 KeyEnvOpt = Annotated[str | None, typer.Option("--api-key-env", help="environment variable holding the API key")]
 
 
+DRY_RUN_PORT = 30000  # SGLang's own default --port (srt/arg_groups/arg_utils.py:24)
+
+
 def serve_cmd(
     ctx: typer.Context,
     build: Annotated[str, typer.Argument(help=BUILD_REF_HELP)],
@@ -38,7 +41,7 @@ def serve_cmd(
     from qverify.errors import InfraError
     from qverify.scrub import shown_url
     from qverify.serve import get_backend
-    from qverify.serve.base import free_port, tail
+    from qverify.serve.base import tail
     from qverify.serve.profile import resolve_profile
 
     s = state(ctx)
@@ -49,7 +52,8 @@ def serve_cmd(
 
     if dry_run:
         if srv.port is None and prof.backend != "endpoint":
-            srv.port = free_port()  # so the printed command is a runnable one
+            # a fixed port, so the dry run prints the exact command each time (a launch without --port picks a free one)
+            srv.port = DRY_RUN_PORT
         lines = srv.shell_lines()
         if s.out.json_mode:
             s.out.data({"backend": prof.backend, "profile": prof.name, "commands": lines, "command": srv.command()})
