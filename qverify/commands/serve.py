@@ -13,7 +13,11 @@ import typer
 from qverify.commands._common import BUILD_REF_HELP, ConfigOpt, Port, Seconds, TrustOpt, state
 
 BackendOpt = Annotated[str | None, typer.Option("--backend", help="local (CPU, default), sglang, or endpoint")]
-ProfileOpt = Annotated[str | None, typer.Option("--profile", help="built-in profile name (b200-tp4, h200-tp1, local) or a YAML file")]
+# the built-in profiles, listed from the folder qverify.serve.profile.builtin_profiles reads (importing that module
+# takes half a second, which every CLI start would pay for this help text)
+BUILTIN_PROFILES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "serve" / "profiles").glob("*.yaml"))
+ProfileOpt = Annotated[str | None, typer.Option("--profile", help=f"built-in profile ({', '.join(BUILTIN_PROFILES)}) "
+                                                                  "or a YAML file")]
 PortOpt = Annotated[int | None, typer.Option("--port", callback=Port, help="port to serve on (default: a free one)")]
 EndpointOpt = Annotated[str | None, typer.Option("--endpoint", help="URL of a running server or router (endpoint backend)")]
 KeyEnvOpt = Annotated[str | None, typer.Option("--api-key-env", help="environment variable holding the API key")]

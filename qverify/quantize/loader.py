@@ -98,7 +98,6 @@ def load_build(build_dir: Path | str, device: str = "cpu", check_hashes_first: b
     from transformers import AutoTokenizer
 
     from qverify.quantize.checkpoint import load_checkpoint
-
     from qverify.quantize.text_view import text_view, wrapper_config
 
     wrapper = wrapper_config(build_dir)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import qverify.rounds as rounds
+from qverify import rounds
 from qverify.config import QVerifyConfig
 from qverify.errors import BadInput
 from qverify.output import Output
