@@ -92,3 +92,11 @@ def test_the_reports_projection_uses_the_production_profiles_fraction():
     _project(SimpleNamespace(gate=SimpleNamespace(config={"capacity": {"tp": 4}})), rows)
     assert rows[0].projection["tp"] == 4 and rows[0].projection["sessions"] == 3
     assert 290_000 <= rows[0].projection["kv_tokens_per_replica"] <= 350_000
+    # the report's weights per GPU is capacity's (issue 40.6: it divided the total by TP, missing what TP replicates)
+    p = plan(load_config("kimi-k2.6")[0], "fp8kv_nvfp4shared", gpu="b200", tp=4, mem_fraction=0.85)
+    assert rows[0].projection["weights_per_gpu_bytes"] == p.weights_per_gpu_bytes
+    from qverify.reports.formatting import fmt_bytes
+    from qverify.reports.rows import projection
+
+    shown = projection(SimpleNamespace(facts=rows))[1][0][2]
+    assert shown == fmt_bytes(p.weights_per_gpu_bytes)
