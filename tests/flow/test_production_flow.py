@@ -116,6 +116,7 @@ def test_every_line_of_the_production_block_runs_in_order(kimi_k25, tmp_path):  
             assert upstreams and all(router.hits[m] > 0 for m in upstreams)  # the gate evaluated both builds itself
             assert "fp8kv_nvfp4shared" in results["report --compare"].stdout
             _the_runs_record_what_was_sent(wd, tmp_path, env, kimi_k25)
+            _how_to_reproduce_runs(wd, tmp_path, env)
         finally:
             for srv in with_servers:
                 srv.__exit__(None, None, None)
@@ -141,3 +142,29 @@ def _the_runs_record_what_was_sent(wd: Path, cwd: Path, env: dict[str, str], mod
     assert sent.usage.get("completion_tokens", 0) <= 512 and (sent.finish_reason != "length"
                                                                or sent.usage["completion_tokens"] == 512)
     assert json.loads(store.read_manifest().model_dump_json())["serving"]["name"] == "kimi-k2.6"
+
+
+def _how_to_reproduce_runs(wd: Path, cwd: Path, env: dict[str, str]) -> None:
+    """The review's "How to reproduce" block, generated from the manifests, run as printed (issue 40.4: its build line
+    lacked --trust-remote-code, exit 4, and its eval lines the --limit and endpoint backend the runs used): each
+    build line gives the expected build id, and each eval line finds the stored runs complete (a mismatched
+    --limit, salt or sampling would be exit 4: "holds results for another item set")."""
+    from qverify.reports.bundle import load_gate
+    from qverify.reports.review import reproduce_commands
+    from qverify.workdir import Workdir
+
+    gate_id = Workdir.at(wd).gate_ids()[-1]
+    commands = reproduce_commands(load_gate(wd, gate_id))
+    builds = [c for c in commands if " build " in c]
+    evals = [c for c in commands if " eval " in c]
+    assert builds and evals and all("--trust-remote-code" in c for c in builds + evals)
+    assert all("--backend endpoint" in c and "--profile kimi-k2.6" in c and "--limit 4" in c for c in evals)
+    for line in builds + evals:
+        command, _, expect = line.partition("   # expect build id ")
+        argv = shlex.split(command)
+        assert argv[:3] == ["qverify", "--workdir", str(wd.resolve())], line
+        r = subprocess.run([sys.executable, "-m", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=900,
+                           check=False)
+        assert r.returncode == 0, f"{line}: exit {r.returncode}: {r.stderr[-2000:]}"
+        if expect:
+            assert expect.strip() in r.stdout + r.stderr, line
