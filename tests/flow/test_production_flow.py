@@ -107,6 +107,7 @@ def test_every_line_of_the_production_block_runs_in_order(kimi_k25, tmp_path):  
                         upstreams[ep.model] = (ep.base_url.removesuffix("/v1"), ep.api_key)
                 r = _qverify(wd, tmp_path, _as_run_here(argv, kimi_k25), env)
                 results[" ".join(argv[1:3])] = r
+                print(f"$ {shlex.join(argv)}  -> exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")  # on failure
                 assert r.returncode in ((0, 1, 2) if argv[1] == "gate" else (0,)), \
                     f"{shlex.join(argv)} exited {r.returncode}: {r.stderr[-3000:]}"
             dry = next(r for k, r in results.items() if k.startswith("serve"))
