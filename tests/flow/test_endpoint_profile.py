@@ -35,3 +35,17 @@ def test_requests_and_the_manifest_carry_the_profiles_budget():
     assert suite.sent_sampling().max_tokens == 512 and suite.sampling.max_tokens == 96
     kld = get_suite("kld", **prof.request_options("kld"))
     assert kld.sent_sampling().max_tokens == 1
+
+
+def test_the_documented_endpoint_profile_parses(tmp_path):
+    """docs/serve.md's one-line endpoint profile is a valid profile file."""
+    import re
+    from pathlib import Path
+
+    from qverify.serve.profile import parse_profile
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "serve.md").read_text()
+    yaml_text = re.search(r"`(\{backend: endpoint, chat_template_kwargs:[^`]*)`", doc)[1]
+    prof = parse_profile(yaml_text)
+    assert prof.backend == "endpoint" and prof.request_options("coding") == {
+        "chat_template_kwargs": {"thinking": False}, "max_tokens": 1024}
