@@ -104,8 +104,8 @@ def _render(out, p) -> None:
         ["weights per GPU (TP-replicated modules whole)", gb(p.weights_per_gpu_bytes)],
         ["loaded beside them: w_kc/w_vc copies of kv_b_proj", gb(p.mla_copies_per_gpu_bytes)] if p.mla_copies_per_gpu_bytes else None,
         ["KV pool per GPU", gb(p.free_per_gpu_bytes) + ("" if p.fits else "  (does not fit)")],
-        [f"KV tokens per replica ({p.kv_dtype})", (f"{p.kv_tokens_per_replica:,} ({fmt_tokens(p.kv_tokens_per_replica)}); "
-                                                   f"{m.tokens_per_gib_context:,} fewer per GiB more CUDA context")],
+        [f"KV tokens per replica ({p.kv_dtype})", f"{p.kv_tokens_per_replica:,} ({fmt_tokens(p.kv_tokens_per_replica)})"
+         + (f"; {m.tokens_per_gib_context:,} fewer per GiB more CUDA context" if p.fits else "")],
         [f"sessions at {p.context_tokens:,} tokens", f"{p.sessions_at_context:,}, {m.spare_tokens:,} tokens to spare"
          if p.fits else f"does not fit: fits from mem_fraction_static {m.fits_from_fraction:g}"],
     ] if r is not None])

@@ -47,6 +47,13 @@ def test_human_output_shows_assumptions_and_notes():
     assert r.returncode == 0, r.stderr
     for text in ("KV tokens per replica", "Assumptions", "DP-attention off", "Notes", "routed_experts"):
         assert text in r.stdout
+    # issue 36.2: no profile is SGLang's own default for the model (about 0.77 with its vision tower): no pool
+    assert "does not fit: fits from mem_fraction_static 0.79" in r.stdout and "SGLang's default" in r.stdout
+    served = qv("capacity", "--model-config", "kimi-k2.6", "--recipe", "fp8kv_nvfp4shared", "--profile", "kimi-k2.6")
+    assert "3, 7,944 tokens to spare" in served.stdout and "25,975 fewer per GiB more CUDA context" in served.stdout
+    # issue 38.6: assumptions and notes wrap under their own bullet, never into a line that reads as a bullet
+    notes = served.stdout[served.stdout.index("Assumptions"):].splitlines()[1:]
+    assert all(line.startswith(("  - ", "    ", "Notes")) and len(line) <= 80 for line in notes)
 
 
 @pytest.fixture(scope="module")

@@ -159,7 +159,7 @@ def _how_to_reproduce_runs(wd: Path, cwd: Path, env: dict[str, str]) -> None:
     builds = [c for c in commands if " build " in c]
     evals = [c for c in commands if " eval " in c]
     assert builds and evals and all("--trust-remote-code" in c for c in builds + evals)
-    assert all("--backend endpoint" in c and "--profile kimi-k2.6" in c and "--limit 4" in c for c in evals)
+    assert all("--backend endpoint" in c and "--profile kimi-k2.6" in c and "--limit " in c for c in evals)
     for line in builds + evals:
         command, _, expect = line.partition("   # expect build id ")
         argv = shlex.split(command)
