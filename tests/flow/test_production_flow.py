@@ -82,6 +82,7 @@ def _as_run_here(argv: list[str], model: Path) -> list[str]:
     return argv
 
 
+@pytest.mark.slow  # about 4-5 min on 2 cores: two builds, two servers, a gate, MLflow
 @pytest.mark.timeout(3000)
 def test_every_line_of_the_production_block_runs_in_order(kimi_k25, tmp_path):  # noqa: F811
     from qverify.models import ServingProfile
