@@ -64,7 +64,11 @@ def compare(workdir: Path, baseline: str | None = None, tracking_uri: str | None
         cands = mlflow.search_runs(exps, "tags.`qverify.role` = 'build' and tags.`qverify.build_role` = 'candidate'",
                                    output_format="pandas")
     cands = cands[cands["tags.mlflow.parentRunId"].isin(ok)] if not cands.empty else cands
-    df = pd.DataFrame({new: cands.get(old) for old, new in COLUMNS.items()})
+    return ranked(pd.DataFrame({new: cands.get(old) for old, new in COLUMNS.items()}), base)
+
+
+def ranked(df, base: str):
+    """Each build's latest gate, best first: verdict, then a gate that decided nothing last, then what it buys."""
     if df.empty:
         return df.assign(rank=[], baseline=[])
     df = df.sort_values("gated_at").groupby("build_id", as_index=False).tail(1)

@@ -69,3 +69,22 @@ def test_a_gate_that_decided_nothing_is_not_uploaded(wd, capsys):
     assert not wd.mlflow_db.exists()
     decided = run_gate(wd, "base", ["cand"], ["coding"], QVerifyConfig(suites=["coding"]), write=False)
     assert not rounds.decided_nothing(decided)
+
+
+def test_compare_ranks_a_gate_that_decided_nothing_below_decided_ones():
+    """Issue 40.5: a refused gate (0 of 5 metrics decided, verdict INCONCLUSIVE, best KV ratio) ranked #1."""
+    import pandas as pd
+
+    from qverify.reports.compare import ranked
+
+    rows = pd.DataFrame([
+        {"build_id": "empty", "recipe": "fp8kv_nvfp4shared", "verdict": "INCONCLUSIVE", "n_decided": 0,
+         "kv_tokens_ratio": 2.0, "weights_change": -0.07, "worst_delta_ratio": None, "gated_at": 2},
+        {"build_id": "undecided", "recipe": "fp8kv", "verdict": "INCONCLUSIVE", "n_decided": 2,
+         "kv_tokens_ratio": 1.5, "weights_change": 0.0, "worst_delta_ratio": -0.5, "gated_at": 1},
+        {"build_id": "failed", "recipe": "nvfp4_all", "verdict": "FAIL", "n_decided": 3,
+         "kv_tokens_ratio": 1.0, "weights_change": -0.3, "worst_delta_ratio": -2.0, "gated_at": 1},
+        {"build_id": "old", "recipe": "bf16x", "verdict": "PASS", "n_decided": None,  # uploaded before n_decided
+         "kv_tokens_ratio": 1.0, "weights_change": 0.0, "worst_delta_ratio": 0.1, "gated_at": 1},
+    ])
+    assert list(ranked(rows, "base")["build_id"]) == ["old", "undecided", "failed", "empty"]
