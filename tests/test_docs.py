@@ -177,3 +177,16 @@ def test_the_kv_capacity_figure_is_the_planners_and_the_same_everywhere():
                 assert abs(_tokens(number, unit) - p.kv_tokens_per_replica) <= 0.01 * p.kv_tokens_per_replica, (doc.name, para)
             for n in _SESSIONS.findall(_norm(para)):
                 assert int(n) == p.sessions_at_context, (doc.name, para)
+
+
+def test_readmes_qverify_toml_loads_and_its_kimi_model_gets_kimis_profile(tmp_path):
+    """Issue 36.1: the example paired model /models/kimi-k2.6 with profile b200-tp4, which leaves Kimi's thinking on
+    (answers cut at `length`, empty content), and had no trust_remote_code although Kimi's tokenizer is its own code."""
+    from qverify.config import load_config
+    from qverify.serve.profile import load_profile
+
+    example = re.search(r"### qverify\.toml.*?```toml\n(.*?)\n```", README.read_text(), re.DOTALL)[1]
+    (tmp_path / "qverify.toml").write_text(example)
+    cfg = load_config(tmp_path / "qverify.toml")
+    assert "kimi" in str(cfg.model).lower() and cfg.trust_remote_code
+    assert load_profile(cfg.serving.profile).chat_template_kwargs == {"thinking": False}
