@@ -88,3 +88,16 @@ def test_compare_ranks_a_gate_that_decided_nothing_below_decided_ones():
          "kv_tokens_ratio": 1.0, "weights_change": 0.0, "worst_delta_ratio": 0.1, "gated_at": 1},
     ])
     assert list(ranked(rows, "base")["build_id"]) == ["old", "undecided", "failed", "empty"]
+
+
+def test_a_refusal_is_printed_once(wd):
+    """Piped gate output printed each refusal twice: as `refused:` and again inside the suite's reason."""
+    from qverify.gate.gate import run_gate
+    from qverify.gate.render import compact_lines
+
+    report = run_gate(wd, "base", ["cand"], ["coding", "toolcall"], QVerifyConfig(suites=["coding", "toolcall"]),
+                      write=False)
+    text = "\n".join(compact_lines(report, 10_000))
+    assert report.candidates[0].integrity
+    for refusal in report.candidates[0].integrity:
+        assert text.count(refusal) == 1, text
