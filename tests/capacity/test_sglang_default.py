@@ -64,3 +64,16 @@ def test_kimi_with_no_profile_does_not_fit_and_says_from_which_fraction(kimi):
     # exactly what one more GiB of CUDA context does to the figure
     r = plan(kimi, "fp8kv_nvfp4shared", gpu="b200", tp=4, mem_fraction=0.85, cuda_context_gb=2.5 * 2**30 / 1e9 + 2**30 / 1e9)
     assert abs((q.kv_tokens_per_replica - r.kv_tokens_per_replica) - q.margin.tokens_per_gib_context) <= 1
+
+
+@pytest.mark.parametrize("flags", [{}, {"extra_args": ["--chunked-prefill-size", "2048", "--cuda-graph-max-bs-decode", "8"]},
+                                   {"extra_args": ["--disable-cuda-graph"]}, {"extra_args": ["--chunked-prefill-size=32768"]}])
+@pytest.mark.parametrize("name", ["b200", "h200", "h100"])
+def test_the_floor_and_rounding_are_sglangs_own_statements(kimi, flags, name):
+    """The last two steps (the >60 GiB floor, round((total - reserved) / total, 3)) run as SGLang's own statements,
+    cut from memory_hook.py (tests/sglang_ref/pool_source.py), on this planner's reserve."""
+    from tests.sglang_ref import pool_source as ref
+
+    mib = gpu(name).hbm_bytes / 2**20
+    d = default_fraction(gpu(name).hbm_bytes, kimi, Launch.from_flags(4, flags))
+    assert d.fraction == pytest.approx(ref.default_mem_fraction(mib, d.reserved_mib) * d.vlm_factor, abs=1e-12)
