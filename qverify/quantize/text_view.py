@@ -27,9 +27,13 @@ from qverify.workdir import BUILD_MANIFEST
 
 
 def wrapper_config(build_dir: Path) -> dict[str, Any] | None:
-    """The build's config.json when it is a multimodal wrapper (a `text_config`), else None."""
-    config = json.loads((Path(build_dir) / "config.json").read_text())
-    return config if config.get("text_config") is not None else None
+    """The build's config.json when it is a multimodal wrapper (a `text_config`), else None (also when there is no
+    readable config.json: the loader's own checks word that)."""
+    try:
+        config = json.loads((Path(build_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) and config.get("text_config") is not None else None
 
 
 def check_servable(build_dir: Path) -> None:
