@@ -63,6 +63,17 @@ class Output:
             t.add_row(*[("" if v is None else str(v)) for v in r])
         self.console.print(t)
 
+    def bullets(self, title: str, items: list[str]) -> None:
+        """A titled list, each item wrapped under its own bullet (a hanging indent), so a wrapped line never reads
+        as a bullet of its own; at the terminal's width, else PLAIN_WIDTH."""
+        if self.json_mode:
+            return
+        width = self.console.width if self.console.is_terminal else PLAIN_WIDTH
+        self.console.print(title, highlight=False, markup=False)
+        for item in items:
+            lines = textwrap.wrap(item, width - 4, break_on_hyphens=False) or [""]
+            self.console.print("  - " + "\n    ".join(lines), highlight=False, markup=False, soft_wrap=True)
+
     def info(self, msg: str) -> None:
         if not self.json_mode:
             self.err.print(msg, soft_wrap=True)  # one message, one line: piped, rich would cut it at 80

@@ -215,6 +215,14 @@ def suites_for_recipes(suites: list[str], recipes: list[str]) -> list[str]:
     return suites
 
 
+def suites_for_builds(workdir: Workdir, suites: list[str], build_ids: list[str]) -> list[str]:
+    """suites_for_recipes for builds already made: their build.json records what their recipe implies."""
+    if "greedy" not in suites and any((m := workdir.build_manifest(b)) is not None and m.serving.get("requires_drafter")
+                                      for b in build_ids):
+        return [*suites, "greedy"]
+    return suites
+
+
 def ensure_twins(workdir: Workdir, baseline: str, candidates: list[str], say: Callable[[str], None] | None = None,
                  trust_remote_code: bool = False) -> list[str]:
     """Compose (or reuse) greedy/match's reference for each candidate that changes target and drafter together:

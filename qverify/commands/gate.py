@@ -46,9 +46,8 @@ def gate_cmd(
 ) -> None:
     """Decide PASS / FAIL / INCONCLUSIVE against run-to-run noise."""
     from qverify.config import load_config
-    from qverify.errors import BadInput
     from qverify.gate import exit_code
-    from qverify.gate.render import render, render_looks
+    from qverify.rounds import GateAsk, gate, upload_gate
 
     s = state(ctx)
     if json_out:
@@ -58,60 +57,28 @@ def gate_cmd(
         cfg = cfg.model_copy(update={"seed_salt": seed_salt})
     if family_wise:
         cfg = cfg.model_copy(update={"family_wise": True})
-    budget = budget or cfg.budget  # the config's is validated when it is read, before any build
-    if fixed and budget:
-        raise BadInput("--fixed and a budget are alternatives", fix="drop --fixed, or --budget / the config's budget")
     names = [x.strip() for x in suites.split(",") if x.strip()] if suites else None
-    if baseline and candidate:
-        fixed = fixed or budget is None  # existing runs, no budget: gate them as they are
-        if recipe:
-            raise BadInput("--recipe and --baseline/--candidate are alternatives", fix="pass one or the other")
-        base_id = s.workdir.resolve_build_id(baseline)
-        cand_ids = [s.workdir.resolve_build_id(c) for c in candidate]
-    elif baseline or candidate:
-        raise BadInput("--baseline and --candidate go together", fix="pass both, or --recipe NAME, or neither (./qverify.toml)")
-    else:  # --recipe NAME, or ./qverify.toml's candidates: build and evaluate what is missing
-        from qverify.logs import quiet_heavy_libraries
-        from qverify.pipeline import ensure_builds, suites_for_recipes
+    ask = GateAsk(baseline=baseline, candidates=tuple(candidate or ()), recipe=recipe, suites=names, budget=budget,
+                  fixed=fixed)
+    report = gate(s.workdir, cfg, ask, out=s.out, verbose=s.verbose)
+    _print(s, report)
+    code = exit_code(report)
+    if cfg.report and not no_report:
+        rc = upload_gate(s.workdir, report, tracking_uri or cfg.tracking_uri, s.out)
+        if rc and code == 0:
+            code = rc
+    raise typer.Exit(code)
 
-        quiet_heavy_libraries(s.verbose)
 
-        cands = [recipe] if recipe else list(cfg.candidates)
-        names = names or suites_for_recipes(list(cfg.suites), cands)
-        if not fixed and budget is None:  # the default: the budgeted sequential gate (docs/gate.md)
-            from qverify.rounds import default_budget
+def _print(s, report) -> None:
+    from qverify.gate.render import render, render_looks
 
-            budget = str(default_budget(cfg, names, 1 + len(cands)))
-        with s.out.stdout_is_data():
-            base_id, cand_ids = ensure_builds(s.workdir, cfg, baseline=cfg.baseline, candidates=cands, out=s.out)
-    from qverify.rounds import gate_builds
-
-    with s.out.stdout_is_data():
-        report, _, _ = gate_builds(s.workdir, cfg, base_id, cand_ids, names, None if fixed else budget,
-                                   show_progress=not s.out.json_mode, evaluate_fixed=fixed and not baseline,
-                                   warn=s.out.warn)
     if s.out.json_mode:
         s.out.data(report.model_dump(mode="json"))
     else:
         render(report, s.out.console)
         render_looks(report, s.out.console)
         s.out.info(f"wrote {s.workdir.gate_report_path(report.gate_id)}")
-    code = exit_code(report)
-    if cfg.report and not no_report:
-        # A tracking failure never changes the verdict; it only turns a PASS's exit code into 3 (infrastructure),
-        # so automation notices that the release review was not uploaded. The replay command is printed.
-        from rich.console import Console
-
-        from qverify.output import Output
-        from qverify.reports.publish import report_after_gate
-
-        # the report step talks on stderr only, so `--json` stdout stays one document (the GateReport)
-        quiet = Output(json_mode=False, console=Console(stderr=True))
-        with s.out.stdout_is_data():  # MLflow's own prints too
-            rc = report_after_gate(s.workdir, report.gate_id, tracking_uri or cfg.tracking_uri, out=quiet)
-        if rc and code == 0:
-            code = rc
-    raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

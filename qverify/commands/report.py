@@ -44,9 +44,11 @@ def report_cmd(
     df = rank(st.workdir.root, baseline, tracking_uri)
     st.out.data(df.to_dict(orient="records"))
     fmt = lambda v, f: "–" if v is None or math.isnan(v) else f.format(v)
-    st.out.table(f"candidates against baseline {df['baseline'].iloc[0][:12] if len(df) else '?'}",
-                 ["rank", "recipe", "build", "verdict", "KV tokens ×", "weights Δ", "worst Δ/band", "gate"],
-                 [[r["rank"], r["recipe"], str(r["build_id"])[:12], r["verdict"], fmt(r["kv_tokens_ratio"], "{:.2f}"),
+    # whole ids: a cut one (as_shipped-a) is no id any command takes; Δ/tolerance is upload._worst_ratio
+    st.out.table(f"candidates against baseline {df['baseline'].iloc[0] if len(df) else '?'}",
+                 ["rank", "recipe", "build", "verdict", "KV tokens ×", "weights Δ", "worst Δ/tolerance", "gate"],
+                 [[r["rank"], r["recipe"], str(r["build_id"]),
+                   r["verdict"] + (" (decided nothing)" if r.get("n_decided") == 0 else ""), fmt(r["kv_tokens_ratio"], "{:.2f}"),
                    fmt(r["weights_change"], "{:+.1%}"), fmt(r["worst_delta_ratio"], "{:+.2f}"), r["gate_id"]]
                   for r in df.to_dict(orient="records")])
 

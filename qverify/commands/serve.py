@@ -13,10 +13,17 @@ import typer
 from qverify.commands._common import BUILD_REF_HELP, ConfigOpt, Port, Seconds, TrustOpt, state
 
 BackendOpt = Annotated[str | None, typer.Option("--backend", help="local (CPU, default), sglang, or endpoint")]
-ProfileOpt = Annotated[str | None, typer.Option("--profile", help="built-in profile name (b200-tp4, h200-tp1, local) or a YAML file")]
+# the built-in profiles, listed from the folder qverify.serve.profile.builtin_profiles reads (importing that module
+# takes half a second, which every CLI start would pay for this help text)
+BUILTIN_PROFILES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "serve" / "profiles").glob("*.yaml"))
+ProfileOpt = Annotated[str | None, typer.Option("--profile", help=f"built-in profile ({', '.join(BUILTIN_PROFILES)}) "
+                                                                  "or a YAML file")]
 PortOpt = Annotated[int | None, typer.Option("--port", callback=Port, help="port to serve on (default: a free one)")]
 EndpointOpt = Annotated[str | None, typer.Option("--endpoint", help="URL of a running server or router (endpoint backend)")]
 KeyEnvOpt = Annotated[str | None, typer.Option("--api-key-env", help="environment variable holding the API key")]
+
+
+DRY_RUN_PORT = 30000  # SGLang's own default --port (srt/arg_groups/arg_utils.py:24)
 
 
 def serve_cmd(
@@ -38,7 +45,7 @@ def serve_cmd(
     from qverify.errors import InfraError
     from qverify.scrub import shown_url
     from qverify.serve import get_backend
-    from qverify.serve.base import free_port, tail
+    from qverify.serve.base import tail
     from qverify.serve.profile import resolve_profile
 
     s = state(ctx)
@@ -49,7 +56,8 @@ def serve_cmd(
 
     if dry_run:
         if srv.port is None and prof.backend != "endpoint":
-            srv.port = free_port()  # so the printed command is a runnable one
+            # a fixed port, so the dry run prints the exact command each time (a launch without --port picks a free one)
+            srv.port = DRY_RUN_PORT
         lines = srv.shell_lines()
         if s.out.json_mode:
             s.out.data({"backend": prof.backend, "profile": prof.name, "commands": lines, "command": srv.command()})

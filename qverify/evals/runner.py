@@ -105,8 +105,8 @@ class EvalPlan:
                 raise BadInput(f"runs/{self.build_id}/{s.name} was sampled with seed salt {m.seed_salt}, not {self.seed_salt}",
                                fix=f"pass --seed-salt {m.seed_salt} to resume or grow it, or --fresh to start it over")
             same = (m.suite_version == s.version and m.item_set_hash == item_set_hash(self.items[s.name])
-                    and m.sampling == s.sampling and m.seed_salt == self.seed_salt)
-            if not same and self.grow and m.suite_version == s.version and m.sampling == s.sampling:
+                    and m.sampling == s.sent_sampling() and m.seed_salt == self.seed_salt)
+            if not same and self.grow and m.suite_version == s.version and m.sampling == s.sent_sampling():
                 # the sequential gate's next round: more items of the same suite; every result already
                 # stored must be for an item of the new, larger set (the generators extend, never reshuffle)
                 ids = {it.id for it in self.items[s.name]}
@@ -226,7 +226,7 @@ async def _run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str
                 st = plan.store(suite.name)
                 m = RunManifest(build_id=plan.build_id, suite=suite.name, suite_version=suite.version,
                                 item_set_hash=item_set_hash(plan.items[suite.name]), n_items=len(plan.items[suite.name]),
-                                replicates=plan.replicates, split=plan.split, source=plan.source, sampling=suite.sampling,
+                                replicates=plan.replicates, split=plan.split, source=plan.source, sampling=suite.sent_sampling(),
                                 serving=plan.serving, server_command=server_command, server_info=server_info,
                                 versions=versions or {}, error_budget=plan.error_budget,
                                 sandbox=plan.sandbox if suite.runs_model_code else None, seed_salt=plan.seed_salt,

@@ -52,7 +52,7 @@ def _gate(wd: Path, *args: str, columns: str | None = None) -> subprocess.Comple
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     if columns:
         env["COLUMNS"] = columns
-    return subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(wd), "gate", "--no-report",
+    return subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(wd), "gate", "--no-report", "--fixed",
                            "--baseline", "base", "--suites", "coding,toolcall", *args],
                           capture_output=True, text=True, env=env, timeout=300)
 
