@@ -75,8 +75,10 @@ def _gzip_bomb(mb: int) -> bytes:
 
 
 class BadServer:
-    def __init__(self, mode: str = "canned", hang_s: float = 60.0, huge_mb: int = 256, retry_after: str = "2"):
+    def __init__(self, mode: str = "canned", hang_s: float = 60.0, huge_mb: int = 256, retry_after: str = "2",
+                 content: str = CODE):
         self.mode, self.hang_s, self.huge_mb, self.retry_after = mode, hang_s, huge_mb, retry_after
+        self.content = content  # the canned answer
         self.posts = 0
         self.post_times: list[float] = []
         # the bomb is built once: 1 MB of gzip that decodes to huge_mb MB of spaces (valid JSON whitespace)
@@ -123,8 +125,8 @@ class BadServer:
                         return None
                 if outer.mode == "canned":
                     if streamed:
-                        return self._send(200, "text/event-stream", stream())
-                    return self._send(200, "application/json", completion())
+                        return self._send(200, "text/event-stream", stream(outer.content))
+                    return self._send(200, "application/json", completion(outer.content))
                 req.pop("stream_options", None)
                 n = outer.seen.setdefault(json.dumps(req, sort_keys=True).encode(), len(outer.seen))
                 if streamed:
