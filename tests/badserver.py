@@ -16,15 +16,19 @@ Stdlib http.server rather than FastAPI: these must send bytes no framework would
            `post_times` records when each POST arrived
   echo     POSTs get a 400 whose body echoes the request's headers (the API key among them), as some
            gateways do in their error messages
+  echoenc  as echo, with the Authorization header echoed encoded: JSON-escaped the PHP way (`\\/`),
+           percent-encoded, and base64
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import quote
 
 CODE = "```python\ndef f(x):\n    return x\n```"
 
@@ -114,6 +118,11 @@ class BadServer:
                     return self._hostile(body)
                 req = json.loads(body or b"{}")
                 streamed = bool(req.pop("stream", False))
+                if outer.mode == "echoenc":
+                    auth = self.headers.get("Authorization", "")
+                    forms = [json.dumps(auth).replace("/", "\\/"), quote(auth, safe=""),
+                             base64.b64encode(auth.encode()).decode()]
+                    return self._send(400, "application/json", ('{"error": "bad auth %s"}' % " ".join(forms)).encode())
                 if outer.mode == "echo":
                     headers = json.dumps(dict(self.headers.items()))
                     return self._send(400, "application/json", json.dumps({"error": f"bad request {headers}"}).encode())
