@@ -4,6 +4,7 @@ Stdlib http.server rather than FastAPI: these must send bytes no framework would
 (invalid UTF-8, truncated JSON, HTML with a 200) and hang without answering.
 
   canned   every chat/completion request gets one valid, fixed answer (streamed too)
+  anonymous as canned, but the answers carry no `model` (and /v1/models is a 404): a server that names no model
   garbage  each distinct request body gets the next shape of GARBAGE (the same shape
            again on a retry), shape 0 being a valid answer; GETs answer garbage too
            except the health probe
@@ -132,6 +133,9 @@ class BadServer:
                         return self._send(200, "application/json", completion())
                     except OSError:  # the client gave up long ago
                         return None
+                if outer.mode == "anonymous":
+                    answer = {k: v for k, v in json.loads(completion(outer.content)).items() if k != "model"}
+                    return self._send(200, "application/json", json.dumps(answer).encode())
                 if outer.mode == "canned":
                     if streamed:
                         return self._send(200, "text/event-stream", stream(outer.content))

@@ -58,6 +58,7 @@ class EndpointBackend(ServerBackend):
         host = urlsplit(self.shown).netloc.replace(":", "_")
         self.log_path: Path = self.logs_dir / f"endpoint-{host}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         model = self.manifest.build_id if self.manifest else (self.build_dir.name if self.build_dir else "default")
+        model = self.profile.served_model or model  # declared by the user: the name requests ask for
         self.endpoint = Endpoint(base_url=f"{self.root}/v1", model=model, api_key=self.api_key or "EMPTY")
         self._log(f"attach {self.shown} (nothing launched)")
         return self.endpoint
@@ -97,7 +98,9 @@ class EndpointBackend(ServerBackend):
                                               timeout=10.0).json().get("data", [])]
         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
             return
-        if self.endpoint and self.endpoint.model not in ids and len(ids) == 1:
+        if self.endpoint:
+            self.endpoint.listed_models = sorted({i for i in ids if isinstance(i, str) and i})
+        if self.endpoint and not self.profile.served_model and self.endpoint.model not in ids and len(ids) == 1:
             self._log(f"model {self.endpoint.model!r} not listed; using the served {ids[0]!r}")
             self.endpoint.model = ids[0]  # in place: callers hold the Endpoint start() returned
 
