@@ -1,6 +1,8 @@
 """Run untrusted model code (coding suite) in a real sandbox.
 
 Layers, outermost first (each covers what the next cannot):
+  cgroup   memory.max for the whole answer, where cgroup v2 allows it (sandbox_memory; else the rlimits'
+           processes x address space bound it);
   prlimit  CPU seconds, address space, processes, file size, open files, no core dumps;
   setpriv  a fresh unprivileged uid per run: RLIMIT_NPROC does not bind root, and
            reusing one uid hit the process limit after ~60 fast runs (exiting
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import Literal
 
 from qverify.errors import InfraError
+from qverify.suites import sandbox_memory
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +50,6 @@ class SandboxUnavailable(InfraError):
 
 SandboxKind = Literal["bwrap", "weak"]
 PYTHON = "/usr/bin/python3"
-MEMORY_BYTES = 1 << 30  # address space; Python + bwrap need ~40 MB
-NPROC = 64  # per fresh uid: enough for small multiprocessing, stops fork bombs
 FSIZE_BYTES = 16 << 20  # largest file (also caps captured stdout/stderr)
 NOFILE = 64
 TMPFS_BYTES = 64 << 20
@@ -97,17 +98,18 @@ def _own_process_count(uid: int) -> int:
     return count
 
 
-def _run_as() -> tuple[int | None, int]:
+def _run_as(nproc: int) -> tuple[int | None, int]:
     """(uid to switch to or None when we cannot switch, nproc limit that fits it)."""
     if os.geteuid() == 0:
-        return _fresh_uid(), NPROC
-    # not root: we run as ourselves, and nproc counts all our processes, so leave headroom
-    return None, _own_process_count(os.geteuid()) + NPROC
+        return _fresh_uid(), nproc
+    # not root: we run as ourselves, and nproc counts all our processes, so leave headroom (the answer's
+    # memory is then bounded per process only: docs/security.md)
+    return None, _own_process_count(os.geteuid()) + nproc
 
 
-def _prlimit(timeout_s: float, nproc: int) -> list[str]:
+def _prlimit(timeout_s: float, nproc: int, memory: int) -> list[str]:
     cpu = max(1, int(timeout_s + 0.999)) + 1  # backstop: the wall-clock timeout fires first
-    limits = f"--cpu={cpu} --as={MEMORY_BYTES} --nproc={nproc} --fsize={FSIZE_BYTES} --nofile={NOFILE} --core=0"
+    limits = f"--cpu={cpu} --as={memory} --nproc={nproc} --fsize={FSIZE_BYTES} --nofile={NOFILE} --core=0"
     return ["prlimit", *limits.split(), "--"]
 
 
@@ -115,9 +117,12 @@ BWRAP_ISOLATION = "--unshare-all --unshare-user --disable-userns --die-with-pare
 BWRAP_ENV = "--clearenv --setenv PATH /usr/bin --setenv HOME /tmp --setenv LANG C.UTF-8"
 
 
-def _bwrap_argv(timeout_s: float) -> list[str]:
-    uid, nproc = _run_as()
-    argv = _prlimit(timeout_s, nproc)
+def _bwrap_argv(timeout_s: float, cgroup: Path | None = None) -> list[str]:
+    """`cgroup`: the run's own cgroup (memory.max for the whole answer), entered first, as root."""
+    nproc, memory = sandbox_memory.limits(cgroup is not None)
+    uid, nproc = _run_as(nproc)
+    argv = [*sandbox_memory.enter_argv(cgroup)] if cgroup is not None else []
+    argv += _prlimit(timeout_s, nproc, memory)
     if uid is not None:
         argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
     argv += ["bwrap", *BWRAP_ISOLATION.split(), *BWRAP_ENV.split(), "--ro-bind", "/usr", "/usr"]
@@ -149,10 +154,11 @@ os.execv(sys.argv[6], sys.argv[6:])
 
 
 def _weak_argv(timeout_s: float) -> tuple[list[str], int | None]:
-    uid, nproc = _run_as()
+    nproc, memory = sandbox_memory.limits(False)  # launched as the uid: it could not enter a cgroup
+    uid, nproc = _run_as(nproc)
     python = PYTHON if os.path.exists(PYTHON) else sys.executable
     cpu = max(1, int(timeout_s + 0.999)) + 1  # backstop: the wall-clock timeout fires first
-    limits = [str(v) for v in (cpu, MEMORY_BYTES, nproc, FSIZE_BYTES, NOFILE)]
+    limits = [str(v) for v in (cpu, memory, nproc, FSIZE_BYTES, NOFILE)]
     return [python, "-I", "-c", _LAUNCHER, *limits, python, *_DRIVER_ARGV], uid
 
 
@@ -287,6 +293,12 @@ def run_tests(program: str, timeout_s: float = 10.0, *, checks: str | None = Non
         require_sandbox(allow_unsandboxed)
     kind = "weak" if mode == "weak" else sandbox_kind()
     if kind == "bwrap":
-        return _execute(_bwrap_argv(timeout_s), job, timeout_s, None)
+        base = sandbox_memory.cgroup_base()
+        cgroup = sandbox_memory.new_cgroup(base) if base is not None else None
+        try:
+            return _execute(_bwrap_argv(timeout_s, cgroup), job, timeout_s, None)
+        finally:
+            if cgroup is not None:
+                sandbox_memory.remove_cgroup(cgroup)
     argv, uid = _weak_argv(timeout_s)
     return _execute(argv, job, timeout_s, uid)

@@ -113,3 +113,35 @@ def test_an_eval_of_answers_that_exit_scores_zero(bf16_build, tmp_path):
     assert len(rows) == 6 and all(not x.error for x in rows), r.stderr
     assert [x.scores["pass@1"] for x in rows] == [0.0] * 6  # was 1.0 each: exit status 0 was a pass
     assert {x.reason for x in rows} == {"exited before its checks finished"}
+
+
+FORK_AND_ALLOCATE = """
+import os
+CHUNK = 32 << 20
+readers = []
+for _ in range(5):
+    r, w = os.pipe()
+    if os.fork() == 0:  # each child holds as much as it can get, in touched 32 MB chunks, up to 512 MB
+        held, n = [], 0
+        try:
+            while n < (512 << 20):
+                held.append(bytearray(CHUNK)); n += CHUNK
+        except MemoryError:
+            pass
+        os.write(w, str(n).encode()); os.close(w)
+        os.read(os.open('/dev/null', os.O_RDONLY), 1)  # hold the memory until the parent has read every count
+        import time; time.sleep(5); os._exit(0)
+    os.close(w); readers.append(r)
+print(sum(int(os.read(r, 32) or 0) for r in readers))
+"""
+
+
+def test_memory_is_bounded_per_answer_not_per_process():
+    from qverify.suites.sandbox_memory import ANSWER_BYTES, memory_bound
+
+    r = run_tests(FORK_AND_ALLOCATE, timeout_s=60)
+    assert r.passed, r
+    held = int(r.stdout.split()[-1])
+    # was 5 x 512 MB = 2.5 GB (1 GiB of address space per process, 64 processes); the children alone now share
+    # the answer's bound
+    assert 0 < held <= ANSWER_BYTES, (held, memory_bound())
