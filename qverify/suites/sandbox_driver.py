@@ -36,6 +36,13 @@ _REFUSED_EVENTS = frozenset({
     "marshal.loads", "marshal.load", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.addressof",
 })
 _REFUSED_MODULES = frozenset({"ctypes", "_ctypes", "cffi", "_cffi_backend"})
+# CPython's test modules reach raw memory, and a subinterpreter (_xxsubinterpreters) has no audit hook of ours
+_REFUSED_PREFIXES = ("_test", "_xx", "xx", "_ctypes")
+
+
+def _refused_module(name):
+    """Any part of the dotted name: an extension's init function is named after the last part (pkg._ctypes)."""
+    return any(part in _REFUSED_MODULES or part.startswith(_REFUSED_PREFIXES) for part in str(name).split("."))
 _LIB_DYNLOAD = os.path.join(sys.base_prefix, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}",
                             "lib-dynload") + os.sep
 
@@ -61,7 +68,7 @@ def _audit_hook(create_builtin):
             _refuse(args[1])
         if event == "import":
             name, filename = args[0], args[1]
-            if name.split(".")[0] in _REFUSED_MODULES:
+            if _refused_module(name):
                 _refuse(f"import {name}", ImportError)
             if filename is not None and not str(filename).startswith(_LIB_DYNLOAD):  # dlopen ignores suffixes
                 _refuse(f"loading {filename}", ImportError)
@@ -86,7 +93,7 @@ def _shield():
 
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
     del ctypes
-    for name in [m for m in sys.modules if m.split(".")[0] in _REFUSED_MODULES]:
+    for name in [m for m in sys.modules if _refused_module(m)]:
         del sys.modules[name]
     import _imp
     import _signal

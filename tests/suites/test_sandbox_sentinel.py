@@ -56,6 +56,11 @@ FORGERS = {
                       "mod.signal(14, lambda s, f: None)\n"),
     "gc": "import gc\nprint(len(gc.get_objects()))\n",
     "ctypes": "import ctypes\n",
+    "_ctypes under another package": ("import importlib.util as u\nspec = u.spec_from_file_location('pkg._ctypes', "
+                                      "'/usr/lib/python3.11/lib-dynload/_ctypes.cpython-311-x86_64-linux-gnu.so')\n"
+                                      "u.module_from_spec(spec)\n"),
+    "a subinterpreter": "import _xxsubinterpreters\n",
+    "CPython's test API": "import _testcapi\n",
     "a trace hook": "import sys\nsys.settrace(lambda *a: None)\n",
     "unmarshal bytecode": "import marshal\nmarshal.loads(marshal.dumps(compile('1', 'x', 'eval')))\n",
     "build a code object": "(lambda: 0).__code__.replace(co_consts=(1,))\n",
@@ -67,6 +72,8 @@ FORGERS = {
 def test_an_answer_cannot_reach_the_nonce(name):
     r = run_tests(FORGERS[name] + "\nassert False\n", timeout_s=5)
     assert not r.passed, (name, r)
+    refused = "exited before its checks finished" if name == "reads stdin" else "is not allowed in the coding sandbox"
+    assert refused in r.reason, (name, r.reason)  # refused for the right reason, not by some other error
 
 
 def test_a_native_module_written_by_the_answer_is_not_loaded():
