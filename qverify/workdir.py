@@ -36,6 +36,12 @@ def open_nofollow(path: Path, flags: int = os.O_RDONLY, mode: int = 0o666) -> in
         raise
 
 
+def open_append(path: Path, text: bool = False):
+    """A log or results file opened for appending, never through a symlink (open_nofollow)."""
+    fd = open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    return os.fdopen(fd, "a", encoding="utf-8") if text else os.fdopen(fd, "ab", buffering=0)
+
+
 def is_regular_file(path: Path) -> bool:
     """A regular file itself, not a symlink to one (nor a FIFO, socket or device)."""
     try:

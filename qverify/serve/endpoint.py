@@ -27,6 +27,7 @@ from qverify.serve.openai_http import (
     root_url,
     summarize_info,
 )
+from qverify.workdir import open_append
 
 
 def check_endpoint_url(url: str | None) -> None:
@@ -64,7 +65,7 @@ class EndpointBackend(ServerBackend):
         return self.endpoint
 
     def _log(self, line: str) -> None:
-        with open(self.log_path, "a") as f:
+        with open_append(self.log_path, text=True) as f:  # never through a symlink out of the workdir (#37)
             f.write(f"{time.strftime('%H:%M:%S')} {scrub_text(line)}\n")
 
     def wait_ready(self, timeout: float = 60.0, unreachable_s: float = 5.0) -> None:

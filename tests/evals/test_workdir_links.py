@@ -81,3 +81,17 @@ def test_only_regular_files_inside_the_workdir_are_bundled(bf16_build, tmp_path)
     logs = load_gate(wd, "g-links").logs[build]
     names = [p.name for p in logs]
     assert f"server-{build}.log" in names and f"endpoint-{build}-linked.log" not in names  # it was bundled
+
+
+def test_server_logs_are_never_written_through_a_symlink(tmp_path):
+    """A server log name is predictable (the build id, a timestamp): a link placed there was appended to."""
+    from qverify.serve.base import LaunchedServer
+
+    outside = tmp_path / "authorized_keys"
+    outside.write_text("ssh-ed25519 AAAA owner\n")
+    log = tmp_path / "logs" / "server-b1.log"
+    log.parent.mkdir()
+    log.symlink_to(outside)
+    with pytest.raises(BadInput, match="is a symlink"):
+        LaunchedServer(["/bin/echo", "ssh-ed25519 BBBB attacker"], log).start()
+    assert outside.read_text() == "ssh-ed25519 AAAA owner\n"
