@@ -56,6 +56,8 @@ class ServingConfig(_Strict):
     backend: Literal["local", "sglang", "endpoint"] = "local"
     profile: str | None = Field(None, description="profile name or YAML path (sglang), e.g. b200-tp4")
     endpoint: str | None = None
+    served_model: str | None = Field(None, description="the model name the endpoint serves, where its answers and "
+                                                       "/v1/models name none (recorded as declared)")
     api_key_env: str | None = None
     concurrency: int | None = Field(None, ge=1, description="requests in flight (default: the backend's, qverify.evals.client.DEFAULT_CONCURRENCY)")
     port: int | None = Field(None, ge=1, le=65535)

@@ -143,6 +143,8 @@ class ServingProfile(Strict):
     tp: int = 1
     flags: dict[str, Any] = Field(default_factory=dict, description="backend flags, e.g. SGLang CLI options")
     endpoint: str | None = None
+    served_model: str | None = Field(None, description="the model name an endpoint serves, declared by the user where "
+                                                       "the server names none (--served-model); runs record it as declared")
     api_key_env: str | None = Field(None, description="environment variable holding the API key (never the key)")
     command_prefix: str | None = Field(None, description="launcher template for multi-node, e.g. 'srun -N2 {cmd}'")
     chat_template_kwargs: dict[str, Any] = Field(
@@ -164,6 +166,7 @@ class ServingProfile(Strict):
 class Endpoint(Strict):
     base_url: str
     model: str
+    listed_models: list[str] = Field(default_factory=list, description="what the server's /v1/models listed")
     api_key: str = Field("EMPTY", exclude=True, repr=False)
 
 
@@ -251,6 +254,20 @@ class ItemResult(Strict):
 class RunManifest(Strict):
     """Binds a run's results to everything they depend on."""
 
+    def model_identity(self) -> tuple[str, tuple[str, ...]] | None:
+        """Who answered, as the server says (`answered` names in its answers, else `listed` at /v1/models), or as
+        the user declared it (--served-model); None when an endpoint named no model and none was declared. A
+        server qverify launched from the build (local, sglang) is the build: its name is its build id."""
+        if self.answered_models:
+            return "answered", tuple(self.answered_models)
+        if self.listed_models:
+            return "listed", tuple(self.listed_models)
+        if self.serving.served_model:
+            return "declared", (self.serving.served_model,)
+        if self.serving.backend != "endpoint":
+            return "launched", (self.served_model or self.build_id,)
+        return None
+
     def served_other(self) -> list[str]:
         """Model names this run was served under that are not its build id: the gate refuses such a run."""
         return sorted({n for n in (self.served_model, *self.answered_models) if n and n != self.build_id})
@@ -278,6 +295,7 @@ class RunManifest(Strict):
     served_model: str | None = Field(None, description="the model name requests asked for (the endpoint's pick when "
                                                         "the build id was not listed); None in runs made before it")
     answered_models: list[str] = Field(default_factory=list, description="model names the server's answers carried")
+    listed_models: list[str] = Field(default_factory=list, description="model names the server's /v1/models listed")
     started: str = Field(default_factory=utcnow)
     finished: str | None = None
 

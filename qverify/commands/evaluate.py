@@ -25,6 +25,8 @@ def eval_cmd(
     profile: Annotated[str | None, typer.Option(help="serving profile name or YAML (sglang)")] = None,
     endpoint: Annotated[str | None, typer.Option(help="URL of a running server (backend endpoint)")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="env var holding the endpoint's API key")] = None,
+    served_model: Annotated[str | None, typer.Option(help="the model name the endpoint serves, where its answers and "
+                                                          "/v1/models name none (recorded as declared)")] = None,
     concurrency: Annotated[int | None, typer.Option(callback=Count, help="requests in flight (default: local 256, else 64)")] = None,
     limit: Annotated[int | None, typer.Option(callback=Limit, help="items per suite (default: each suite's own)")] = None,
     split: Annotated[str, typer.Option(help="test (default; what the model card reports), validation or train")] = "test",
@@ -49,7 +51,7 @@ def eval_cmd(
     names = [x.strip() for x in suites.split(",") if x.strip()] if suites is not None else None
     spec = EvalSpec.from_config(cfg, suites=names, replicates=replicates, concurrency=concurrency, limit=limit,
                                 split=split, source=source, port=port, error_budget=error_budget, fresh=fresh,
-                                serving=serving_profile(cfg.serving, backend, profile, endpoint, api_key_env),
+                                serving=serving_profile(cfg.serving, backend, profile, endpoint, api_key_env, served_model),
                                 connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, item_timeout_s=item_timeout,
                                 allow_unsandboxed=allow_unsandboxed or None, seed_salt=seed_salt,
                                 trust_remote_code=trust_remote_code or None)

@@ -160,6 +160,18 @@ def quantization_summary(counts: dict[str, list[int]], quant_config: dict[str, A
     return out
 
 
+def applied_serving(serving: dict[str, Any], summary: list[SchemeSummary], shipped: bool) -> dict[str, Any]:
+    """The recipe's serving metadata, less the weight formats that nothing in the build carries: build.json
+    claims what was applied (a `scheme: null` build claimed NVFP4 weights and served as compressed-tensors)."""
+    weights = [s for s in summary if s.modules and "kv_cache" not in s.scheme]
+    out = dict(serving)
+    if not (shipped or any(not s.scheme.startswith("drafter:") for s in weights)):
+        out["weight_quantization"] = None
+    if not any(s.scheme.startswith("drafter:") for s in weights) and out.get("draft_model_quantization"):
+        out["draft_model_quantization"] = None
+    return out
+
+
 def _preset_name(group: dict[str, Any], presets: dict[str, dict], fallback: str) -> str:
     keys = ("num_bits", "type", "strategy", "group_size", "symmetric", "dynamic")
 

@@ -112,6 +112,12 @@ class Recipe(_Strict):
             raise ValueError("serving.kv_cache_dtype must be fp8_e4m3 exactly when the target has kv_cache_scheme")
         if self.drafter is not None and not self.serving.requires_drafter:
             raise ValueError("a recipe with a drafter stage must set serving.requires_drafter: true")
+        for which in ("target", "drafter"):
+            for args in self.modifiers(which):
+                if args.get("targets") and "scheme" in args and not args["scheme"] and not args.get("config_groups"):
+                    # llm-compressor then applies only the KV scheme: the build claimed weights it never quantized
+                    raise ValueError(f"{which}: a modifier targets {args['targets']} with scheme null, which "
+                                     "quantizes none of them; give a scheme (e.g. NVFP4), or drop targets")
         return self
 
     def modifiers(self, which: Literal["target", "drafter"]) -> list[dict[str, Any]]:
