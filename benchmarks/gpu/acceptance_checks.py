@@ -71,12 +71,12 @@ def engine_agrees(token_gaps: list[float], tol: float) -> Outcome:
 
 def fp8_emulation_needed(emulated: list[float], plain: list[float], tol: float) -> Outcome:
     """The comparison can tell: without its FP8 emulation the engine must sit at least twice as far from SGLang's
-    FP8 server (else a wrong FP8 path would pass unseen). Where leaving FP8 out moves the engine by less than twice
-    the tolerance (random-weight fixtures attend almost uniformly), the model cannot tell, and says so."""
+    FP8 server (else a wrong FP8 path would pass unseen). Where the engine without FP8 still passes engine_agrees
+    (random-weight fixtures attend almost uniformly, so FP8 moves them little), this model cannot tell: reported."""
     a, b = _mean(emulated), _mean(plain)
     detail = f"mean gap with the engine's FP8 emulation {a:.5f}, without {b:.5f} (must be <= {EMULATION_SHARE} x)"
-    if not b > 2 * tol:
-        return Outcome("info", f"FP8 moves this model too little to tell ({b:.5f} <= 2 x tolerance {tol:.5f}); {detail}")
+    if not b > tol:
+        return Outcome("info", f"FP8 moves this model too little to tell ({b:.5f} <= tolerance {tol:.5f}); {detail}")
     return _ok(bool(a <= EMULATION_SHARE * b), detail)
 
 

@@ -271,13 +271,24 @@ def live_scales(run: Run, bad, good, prompts: list, served: dict, backend: str, 
 def gate(run: Run, builds: dict, profiles: dict) -> None:
     ids = {r: builds["tiny"][r]["sglang"]["build_id"] for r in ("bf16", "fp8kv_badscale", CANDIDATE)}
     for bid in ids.values():
-        run.qv("eval", bid, "--suites", GATE_SUITES, "--limit", str(run.args.limit), "--replicates",
-               str(run.args.replicates), "--profile", str(profiles["tiny-candidate"]), "--port", str(run.args.port),
-               "--trust-remote-code")
+        run.qv(*eval_argv(run, bid, profiles["tiny-candidate"]))
     r = run.qv("--json", *gate_argv(ids), check=False)
     report = json.loads(r.stdout or "{}") if r.returncode in (0, 1, 2) else {}
     run.record("gate: badscale must FAIL, the candidate must not FAIL",
                checks.gate_verdicts(report, "fp8kv_badscale", CANDIDATE, checks.badscale_must_fail(run.backend("tiny"))))
+
+
+def eval_argv(run: Run, build_id: str, prof: Path) -> list[str]:
+    return ["eval", build_id, "--suites", GATE_SUITES, "--limit", str(run.args.limit), "--replicates",
+            str(run.args.replicates), "--profile", str(prof), "--port", str(run.args.port), "--trust-remote-code"]
+
+
+def unknown_flags(run: Run, command: str, argv: list[str]) -> list[str]:
+    """The flags of a qverify call that today's `qverify <command> --help` does not list."""
+    import re
+
+    helps = set(re.findall(r"--[a-z][a-z0-9-]*", run.qv(command, "--help").stdout))
+    return [a for a in argv if a.startswith("--") and a not in helps]
 
 
 def gate_argv(ids: dict[str, str]) -> list[str]:
@@ -299,13 +310,11 @@ def dry_checks(run: Run, builds: dict, profiles: dict) -> None:
         run.record(f"SGLang parses the {name} command", checks.Outcome("ok" if ok else "FAIL", (
             f"kv {sa.kv_cache_dtype}, tp {sa.tp_size}, attention {sa.attention_backend}, spec "
             f"{sa.speculative_algorithm}/{sa.speculative_draft_model_quantization}")))
-    import re
-
-    helps = set(re.findall(r"--[a-z][a-z0-9-]*", run.qv("gate", "--help").stdout + run.qv("eval", "--help").stdout))
-    argv = gate_argv({r: builds["tiny"][r]["sglang"]["build_id"] for r in ("bf16", "fp8kv_badscale", CANDIDATE)})
-    missing = [a for a in argv if a.startswith("--") and a not in helps]
-    run.record("gate call matches the CLI", checks.Outcome("FAIL" if missing else "ok", f"qverify {shlex.join(argv)}"
-                                                           + (f"; unknown flags {missing}" if missing else "")))
+    ids = {r: builds["tiny"][r]["sglang"]["build_id"] for r in ("bf16", "fp8kv_badscale", CANDIDATE)}
+    for command_name, argv in (("eval", eval_argv(run, ids["bf16"], profiles["tiny-candidate"])), ("gate", gate_argv(ids))):
+        missing = unknown_flags(run, command_name, argv)
+        run.record(f"{command_name} call matches the CLI", checks.Outcome(
+            "FAIL" if missing else "ok", f"qverify {shlex.join(argv)}" + (f"; unknown flags {missing}" if missing else "")))
     badscale = "must FAIL" if checks.badscale_must_fail(run.backend("tiny")) else "must not FAIL (backend ignores k_scale)"
     for name, rule in checks.PLAN:
         run.record(f"will check: {name}", checks.Outcome("plan", rule + (f" [badscale {badscale}]" if "gate" in name else "")))
