@@ -146,6 +146,15 @@ def decode_numerics(fp8_first: list[float], fp8_decode: list[float], bf16_first:
                            f"nats (tolerance {tol:.5f})")
 
 
+CAPACITY_TOLERANCE = 0.10  # docs/capacity.md, "Limits of the estimate"
+
+
+def capacity_close(served: int | None, planned: int) -> Outcome:
+    """The KV tokens SGLang allocated (/server_info max_total_num_tokens) within 10% of `qverify capacity`'s plan."""
+    ok = served is not None and abs(served - planned) <= CAPACITY_TOLERANCE * planned
+    return _ok(ok, f"served {served}, planned {planned:,} (tolerance {CAPACITY_TOLERANCE:.0%})")
+
+
 def server_numerics(info: dict) -> dict:
     """The numerics-relevant settings a live SGLang server resolved (/server_info; older servers nest server_args)."""
     flat = {**(info.get("server_args") or {}), **info}
@@ -167,5 +176,6 @@ PLAN = (
     ("live k_scale of fp8kv_badscale is 0.25", "live_k_scale (where the backend reads it; else: has no effect)"),
     ("FP8 drafter drafts", "spec_accept: candidate with its FP8 drafter, mean spec_accept_length > 1"),
     ("gate: badscale must FAIL, the candidate must not FAIL", "gate_verdicts on `qverify gate --json`"),
+    ("KV capacity of the kimi fixture's fp8kv server", "capacity_close: max_total_num_tokens within 10% of the plan"),
     ("numerics CPU code cannot know", "decode_numerics (softmax P rounded to FP8?) and server_numerics: reported"),
 )

@@ -112,3 +112,16 @@ def bf16_noise(lm, prompt: list[int], out: list[int]) -> list[float]:
 def split_first(xs: list[float]) -> tuple[list[float], list[float]]:
     """(the first token's, the decoded tokens') values."""
     return xs[:1], xs[1:]
+
+
+def gpu_flags() -> list[str]:
+    """`qverify capacity`'s GPU: b200/h200/h100 by name, else the memory the GPU reports."""
+    import subprocess
+
+    out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    name, mib = (x.strip() for x in out.split(","))
+    for key in ("b200", "h200", "h100"):
+        if key in name.lower():
+            return ["--gpu", key]
+    return ["--gpu", "gpu", "--hbm-gb", str(int(mib) * 2**20 / 1e9)]

@@ -191,6 +191,12 @@ def serve_all(run: Run, builds: dict, profiles: dict, prompts: dict) -> dict:
         with Served(run, builds[model][recipe]["sglang"]["build_id"], profiles[name]) as srv:
             info = srv.server_info()
             run.record(f"numerics of {name}", checks.Outcome("info", json.dumps(checks.server_numerics(info))))
+            if name == "kimi-fp8kv":
+                plan = json.loads(run.qv("--json", "capacity", srv.build_id, "--profile", str(profiles[name]),
+                                         *host.gpu_flags()).stdout)
+                tokens = info.get("max_total_num_tokens") or (info.get("scheduler_info") or {}).get("max_total_num_tokens")
+                run.record("KV capacity of the kimi fixture's fp8kv server",
+                           checks.capacity_close(tokens, plan["kv_tokens_per_replica"]))
             if name == "tiny-candidate":
                 accept = [(srv.post("/v1/chat/completions", {"model": srv.build_id, "max_tokens": 64, "temperature": 0,
                                                              "return_meta_info": True, "messages": [

@@ -129,6 +129,12 @@ def test_records_hold_what_the_rules_need():
     for row in REC.values():
         n = len(row["tokens"])
         assert all(len(row[k]) == n for k in ("noise", "bf16", "fp8", "fp8_plain", "badscale_k1", "badscale_k025"))
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    mean = lambda xs: sum(xs) / len(xs)
     assert mean(_flat("noise")) < mean(_gaps("fp8", "fp8_plain")) < mean(_gaps("badscale_k025", "badscale_k1"))
     assert not math.isnan(c.tolerance(_flat("noise")))
+
+
+def test_capacity_close():
+    assert c.capacity_close(318_000, 308_000).status == "ok"
+    assert c.capacity_close(250_000, 308_000).failed  # 19% below the plan
+    assert c.capacity_close(None, 308_000).failed  # the server did not report it
