@@ -5,14 +5,15 @@
 Builds qverify-tiny's `bf16` and `fp8kv_nvfp4shared` (the default candidate), loads both as the embedded server
 does, and on the kld suite's test items (their prompt text, tokenized as the server tokenizes it) computes each
 position's full-vocabulary KL(bf16 || candidate), per SGLang backend the engine emulates:
-- fresh: the whole prompt prefilled at once (a radix miss: the first replicate, and every kld echo request, which
-  SGLang never matches against its cache);
+- fresh: the whole prompt prefilled at once (a radix miss, and every kld echo request, which SGLang never matches
+  against its cache);
 - hit: the tokens after the cached prefix (prefix_reads.cached_prefix_len: 128 of 129, ...) prefilled over the
-  prefix read back from the FP8 pool, as every later replicate of a generation request is (the last position is
-  the first generated token's distribution);
+  prefix read back from the FP8 pool, as the engine reads every generation request (the last position is the first
+  generated token's distribution);
 - chunk 64: every position after the first 64 reads the rows before it rounded, what positions past a chunk
   boundary of a long prompt see (SGLang's chunks are 8,192-16,384 tokens; 64 only makes it measurable here).
-A per-item figure is the mean over the positions named; replicate-weighted: (fresh + (R - 1) hit) / R. Prints
+A per-item figure is the mean over the positions named; replicate_first: a first-arrival rule's average,
+(fresh + (R - 1) hit) / R, for comparison. Prints
 mean, median, p90 and max over items; no server, no sampling (the forward passes the engine runs, called directly).
 """
 

@@ -7,7 +7,7 @@ share a head dim; re-checked with transformers 5.17) and would cache expanded K/
 What this engine does (SGLang's design, at CPU scale):
 - continuous batching: requests join after a prefill and leave as soon as they finish, at every step;
 - prefix sharing: a prompt is prefilled once for every request carrying it (an item's replicates), and decode
-  attention reads its rows once for all of them (mla.py); with an FP8 cache, the requests after the first read it as
+  attention reads its rows once for all of them (mla.py); with an FP8 cache, generation requests read it as
   SGLang's radix hits do, the prefix back from the FP8 pool (prefix_reads.py), once for all of them;
 - a vectorized, batch-invariant seeded sampler (sampler.py);
 - speculative decoding across the batch: the drafter (standalone_draft.py, eagle3_draft.py) proposes `spec_tokens`
@@ -146,7 +146,8 @@ class Engine:
                 budget -= len(key)
             else:
                 self.stats["shared_prefills"] += 1
-                s.hit = self.reads_fp8_prefix and s.req.prompt_logprobs is None  # (an echo never hits: prefix_reads.py)
+            # every generation request reads its prompt as a radix hit (an echo never hits): prefix_reads.py
+            s.hit = self.reads_fp8_prefix and s.req.prompt_logprobs is None
             self.waiting.popleft()
             s.prompt, p.users = p, p.users + 1
             slots -= s.req.max_tokens > 0
@@ -238,15 +239,15 @@ class Engine:
                 p.draft_kv = kv
 
     def _take_hits(self, admitted: list[Seq]) -> list[Seq]:
-        """Every request after the first of its prompt reads the prompt through its radix-hit view, computed once per
-        prompt: the cached prefix read back from the pool, the rest prefilled over it (prefix_reads.py). Returns the
-        sequences that go on (one whose view fails is answered with the error)."""
+        """Each generation request reads its prompt through the prompt's radix-hit view, computed once per prompt: the
+        cached prefix read back from the pool, the rest prefilled over it (prefix_reads.py). Returns the sequences
+        that go on (one whose view fails is answered with the error)."""
         out = []
         for s in admitted:
             p = s.prompt
             m = cached_prefix_len(len(p.ids), self.backend, self.eagle is not None) if s.hit and p.hit is None else 0
             if s.hit and p.hit is None and m == 0:
-                p.hit = p  # nothing a page long to hit: prefilled fresh, as the first was
+                p.hit = p  # nothing a page long to hit: prefilled fresh
             elif s.hit and p.hit is None:
                 try:
                     kv, logits = self.runner.extend(p.kv, m, list(p.ids[m:]), torch.tensor([len(p.ids) - m - 1]))

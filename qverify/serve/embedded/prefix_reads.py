@@ -12,11 +12,14 @@ Pages, limits and defaults below are SGLang's; mla.py and runner.py compute the 
 
 When a replicate hits: SGLang's default `fcfs` policy does not share a prefill between requests scheduled in the
 same batch (managers/schedule_policy.py:231-235: no in-batch prefix matching), so a replicate that lands in the
-first one's prefill batch computes fresh and one scheduled after it hits; which happens depends on timing. The
-engine takes the hit for every request after the first of its prompt: deterministic (it does not depend on how the
-engine batches), and the side with more FP8 KV loss. A request asking for prompt logprobs (the kld suite's echo)
-never hits: SGLang sets its logprob_start_len to 0 (entrypoints/openai/serving_completions.py:88-92), which caps the
-match at 0 tokens (managers/schedule_batch.py:1774-1775).
+first one's prefill batch computes fresh and one scheduled after it hits; which happens depends on timing, and the
+first request of a prompt hits only when an earlier one (a previous turn, a shared system prompt) left its prefix.
+The engine reads every generation request's prompt as a hit, the first included: the warm-cache steady state of a
+serving node (agent sessions extend cached turns), the same for every request whatever its arrival order or batch
+(so paired runs of two builds stay paired: a first-arrival rule would give replicate r the fresh path in one session
+and the cached one in another), and the side with more FP8 KV loss. A request asking for prompt logprobs (the kld
+suite's echo) never hits: SGLang sets its logprob_start_len to 0 (entrypoints/openai/serving_completions.py:88-92),
+which caps the match at 0 tokens (managers/schedule_batch.py:1774-1775).
 """
 
 from __future__ import annotations
