@@ -265,7 +265,7 @@ def test_a_generation_request_reads_its_prompt_prefix_back_from_the_fp8_pool(bui
     runner = ModelRunner(lm.model, slots=2, fp8_kv=True)
     kvs, fresh = runner.prefill([prompt], torch.tensor([len(prompt) - 1]))
     _, hit = runner.extend(kvs[0], m, prompt[m:], torch.tensor([len(prompt) - m - 1]))
-    top = lambda logits: torch.log_softmax(logits[0], -1).topk(5).values.sort().values  # noqa: E731
+    top = lambda logits: torch.log_softmax(logits[0], -1).topk(5).values.sort().values
     for got in (*together, later):
         assert torch.allclose(got, top(hit), atol=1e-5)
     assert (top(hit) - top(fresh)).abs().max() > 1e-4  # the FP8-rounded prefix moves the first token's distribution
