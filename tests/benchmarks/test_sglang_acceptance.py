@@ -24,7 +24,7 @@ def workdir(tmp_path_factory) -> Path:
 def test_dry_run_passes_and_prints_every_check(workdir, variant):
     pytest.importorskip("sglang", reason="install with: pip install --no-deps sglang==0.5.23 (+ light deps, triton)")
     r = subprocess.run(["bash", "benchmarks/gpu/sglang_smoke.sh", "--dry-run", "--workdir", str(workdir), *variant],
-                       cwd=REPO, capture_output=True, text=True, timeout=1500, check=False)
+                       cwd=REPO, capture_output=True, text=True, timeout=2400, check=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     steps = {s["check"]: s for s in json.loads((workdir / "acceptance.json").read_text())}
     for name in ("bubblewrap works (before anything starts)", "SGLang parses the tiny-candidate command",
