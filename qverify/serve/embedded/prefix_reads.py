@@ -18,8 +18,9 @@ The engine reads every generation request's prompt as a hit, the first included:
 serving node (agent sessions extend cached turns), the same for every request whatever its arrival order or batch
 (so paired runs of two builds stay paired: a first-arrival rule would give replicate r the fresh path in one session
 and the cached one in another), and on flashinfer the side with more FP8 KV loss (figures: docs/serve.md).
-A request asking for prompt logprobs (the kld suite's echo) never hits: SGLang sets its logprob_start_len to 0 (entrypoints/openai/serving_completions.py:88-92),
-which caps the match at 0 tokens (managers/schedule_batch.py:1774-1775).
+A request asking for prompt logprobs (the kld suite's echo) never hits: SGLang sets its logprob_start_len to 0
+(entrypoints/openai/serving_completions.py:88-92), which caps the match at 0 tokens (managers/schedule_batch.py:
+1774-1775).
 """
 
 from __future__ import annotations
