@@ -7,7 +7,8 @@ share a head dim; re-checked with transformers 5.17) and would cache expanded K/
 What this engine does (SGLang's design, at CPU scale):
 - continuous batching: requests join after a prefill and leave as soon as they finish, at every step;
 - prefix sharing: a prompt is prefilled once for every request carrying it (an item's replicates), and decode
-  attention reads its rows once for all of them (mla.py);
+  attention reads its rows once for all of them (mla.py); with an FP8 cache, generation requests read it as
+  SGLang's radix hits do, the prefix back from the FP8 pool (prefix_reads.py), once for all of them;
 - a vectorized, batch-invariant seeded sampler (sampler.py);
 - speculative decoding across the batch: the drafter (standalone_draft.py, eagle3_draft.py) proposes `spec_tokens`
   tokens for every running sequence, the target verifies them all in one forward; a position's token is accepted
@@ -23,6 +24,7 @@ from collections.abc import Callable
 import torch
 
 from qverify.serve.embedded.eagle3_draft import Eagle3Drafter, is_eagle3_head
+from qverify.serve.embedded.prefix_reads import CHUNKED_PREFILL_SIZE, take_hits
 from qverify.serve.embedded.request import (
     GenRequest,
     GenResult,
@@ -47,7 +49,8 @@ KEEP_PROMPTS = 64
 class Engine:
     def __init__(self, model, tokenizer, drafter=None, max_batch: int = 256, spec_tokens: int = 4,
                  fp8_kv: bool = False, scale_mode: str = "production", sglang_scales: dict[int, float] | None = None,
-                 prefill_tokens: int = 4096, attention_backend: str = "trtllm_mla"):
+                 prefill_tokens: int = 4096, attention_backend: str = "trtllm_mla",
+                 chunked_prefill_size: int | None = CHUNKED_PREFILL_SIZE):
         self.tok = tokenizer
         self.model, self.drafter = model, drafter
         # attention_backend: whose FP8-KV numerics to emulate (kv_fp8.py; the serving profile's, default trtllm_mla)
@@ -56,6 +59,10 @@ class Engine:
         self.draft = (ModelRunner(drafter, max_batch, fp8_kv, scale_mode, attention_backend=attention_backend)
                       if drafter is not None and self.eagle is None else None)
         self.runner.capture = self.eagle.capture if self.eagle is not None else []
+        # SGLang reads a cached prefix (a repeated prompt, a long prompt's earlier chunks) back from its FP8 pool
+        # (prefix_reads.py); a bf16 pool gives back the rows it was given, so only an FP8 cache changes anything
+        self.backend, self.reads_fp8_prefix = attention_backend, self.runner.fp8_kv and scale_mode == "production"
+        self.runner.chunk = chunked_prefill_size if self.reads_fp8_prefix else None
         # SGLang's --speculative-algorithm name for what drafts here, or None
         self.speculative = "EAGLE3" if self.eagle is not None else ("STANDALONE" if self.draft is not None else None)
         self.max_batch, self.spec_tokens, self.prefill_tokens = max_batch, spec_tokens, prefill_tokens
@@ -71,7 +78,7 @@ class Engine:
         self._sampling_cache: tuple[int, tuple] | None = None
         self._running_version = 0  # bumped whenever `running` changes (membership or order)
         self.stats = {"requests": 0, "batches": 0, "steps": 0, "prefill_tokens": 0, "shared_prefills": 0,
-                      "max_running": 0, "spec_tokens": 0, "spec_verify": 0, "aborted": 0}
+                      "max_running": 0, "spec_tokens": 0, "spec_verify": 0, "aborted": 0, "prefix_hits": 0}
 
     @property
     def max_context(self) -> int:
@@ -157,6 +164,8 @@ class Engine:
                 budget -= len(key)
             else:
                 self.stats["shared_prefills"] += 1
+            # every generation request reads its prompt as a radix hit (an echo never hits): prefix_reads.py
+            s.hit = self.reads_fp8_prefix and s.req.prompt_logprobs is None
             self.waiting.popleft()
             s.prompt, p.users = p, p.users + 1
             slots -= s.req.max_tokens > 0
@@ -177,6 +186,7 @@ class Engine:
             self.prompts[p.ids] = p
         for s in admitted:
             self.prompts.move_to_end(s.prompt.ids)
+        admitted = self._admitting = take_hits(self, admitted)
         self.stats["batches"] += 1
         starting = [s for s in admitted if s.req.max_tokens > 0]
         for s in admitted:
@@ -364,7 +374,7 @@ class Engine:
             self._done(s)
 
     def _done(self, s: Seq) -> None:
-        s.prompt.users -= 1
+        (s.prompt.base or s.prompt).users -= 1
         if s.error is not None:
             s.done(None, s.error)
             return

@@ -27,6 +27,10 @@ class Prompt:
     echo_rows: dict[int, list] = field(default_factory=dict)  # top-k -> echo logprob rows, built once per prompt
     users: int = 0
     serial: int = 0  # admission order: a stable order for the prompts' table (split_kv.PromptPlan)
+    # a radix hit's view of this prompt (prefix_reads.py): the same ids, the cached prefix read back from the FP8
+    # pool, its own last rows and logits; `base` is the prompt it was read from (users are counted there)
+    hit: Prompt | None = None
+    base: Prompt | None = None
 
 
 @dataclass
@@ -46,6 +50,7 @@ class Seq:
     # what this sequence alone raised inside a batch step (its sampling row, its stop check, its stream callback):
     # it leaves the batch at the step's end and its request gets the error; the others go on
     error: BaseException | None = None
+    hit: bool = False  # takes its prompt's radix-hit view (prefix_reads.take_hits)
 
     @property
     def last(self) -> int:
