@@ -8,6 +8,7 @@ unexpected is infrastructure (3) with a crash log under <workdir>/logs/.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
@@ -23,7 +24,7 @@ except ImportError:  # pragma: no cover
 
 from qverify import __version__
 from qverify.commands._common import JsonOpt
-from qverify.errors import BadInput, ExitCode, QVerifyError, from_os_error
+from qverify.errors import BadInput, ClosedPipe, ExitCode, QVerifyError, from_os_error
 from qverify.scrub import scrub_text
 
 _workdir = None  # the Workdir, set by the root callback: where a crash log goes
@@ -111,17 +112,45 @@ def _main(argv: list[str] | None) -> int:
         return ExitCode.BAD_INPUT
     except (KeyboardInterrupt, getattr(click_exc, "Abort", KeyboardInterrupt)):
         return 130
+    except ClosedPipe:  # rich met the closed pipe (qverify.output.PipeConsole); silent, as the shell is
+        return ExitCode.CLOSED_PIPE
+    except SystemExit as e:
+        # click turns any EPIPE into a silent sys.exit(1), the FAIL verdict's code: take back the error it replaced
+        cause = e.__context__
+        if isinstance(cause, OSError) and cause.errno == errno.EPIPE:
+            return _failed(cause, verbose)
+        raise
     except Exception as e:  # noqa: BLE001 -- a bug: infrastructure (3), never read as a FAIL verdict (Python's 1)
-        from qverify.interrupt import STOP
+        return _failed(e, verbose)
+    return _flushed(rv if isinstance(rv, int) else 0)
 
-        if STOP.is_set():  # raised while a signal unwinds (a server stopped, a call cancelled): main() says why
-            return 130
-        if isinstance(e, QVerifyError):
-            return _report(e, verbose)
-        if isinstance(e, OSError):  # a path that is not what it should be, or a full disk
-            return _report(from_os_error(e), verbose)
-        return _crash(e, verbose)
-    return rv if isinstance(rv, int) else 0
+
+def _failed(e: Exception, verbose: bool) -> int:
+    from qverify.interrupt import STOP
+    from qverify.output import silence_stdout, stdout_is_closed
+
+    if STOP.is_set():  # raised while a signal unwinds (a server stopped, a call cancelled): main() says why
+        return 130
+    if isinstance(e, QVerifyError):
+        return _report(e, verbose)
+    if isinstance(e, BrokenPipeError) and stdout_is_closed():  # a plain write to stdout met `| head -1`
+        silence_stdout()
+        return ExitCode.CLOSED_PIPE
+    if isinstance(e, OSError):  # a path that is not what it should be, a full disk, a peer gone (EPIPE: 3)
+        return _report(from_os_error(e), verbose)
+    return _crash(e, verbose)
+
+
+def _flushed(rv: int) -> int:
+    """Flush stdout now: at the interpreter's exit a closed pipe would print a traceback and exit 120."""
+    from qverify.output import silence_stdout
+
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+        return ExitCode.CLOSED_PIPE
+    return rv
 
 
 def _report(e: QVerifyError, verbose: bool) -> int:

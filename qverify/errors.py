@@ -15,6 +15,7 @@ class ExitCode(IntEnum):
     INCONCLUSIVE = 2
     INFRA = 3  # server, tracking, sandbox infrastructure
     BAD_INPUT = 4
+    CLOSED_PIPE = 141  # stdout's reader went away (`| head -1`): the shell's own code for SIGPIPE, 128 + 13
 
 
 class QVerifyError(Exception):
@@ -35,6 +36,11 @@ class BadInput(QVerifyError):
     """The user asked for something invalid: unknown name, malformed file, bad flag."""
 
     exit_code = ExitCode.BAD_INPUT
+
+
+class ClosedPipe(Exception):
+    """Stdout's reader closed the pipe (`qverify gate | head -1`). Not an OSError, so no `except OSError` on the
+    way up takes it for a bad path; the CLI exits CLOSED_PIPE (141), never 1, which means a gate FAIL."""
 
 
 class InfraError(QVerifyError):

@@ -48,7 +48,6 @@ def gate_cmd(
     from qverify.config import load_config
     from qverify.errors import BadInput
     from qverify.gate import exit_code
-    from qverify.gate.render import render, render_looks
 
     s = state(ctx)
     if json_out:
@@ -90,28 +89,38 @@ def gate_cmd(
         report, _, _ = gate_builds(s.workdir, cfg, base_id, cand_ids, names, None if fixed else budget,
                                    show_progress=not s.out.json_mode, evaluate_fixed=fixed and not baseline,
                                    warn=s.out.warn)
-    if s.out.json_mode:
-        s.out.data(report.model_dump(mode="json"))
-    else:
-        render(report, s.out.console)
-        render_looks(report, s.out.console)
-        s.out.info(f"wrote {s.workdir.gate_report_path(report.gate_id)}")
+    # gate.json is written (gate_builds) and the upload done before anything is printed: a reader that closes
+    # the pipe early (`| head -1`) ends the printing (exit 141), never the upload
     code = exit_code(report)
     if cfg.report and not no_report:
         # A tracking failure never changes the verdict; it only turns a PASS's exit code into 3 (infrastructure),
         # so automation notices that the release review was not uploaded. The replay command is printed.
-        from rich.console import Console
-
-        from qverify.output import Output
+        from qverify.output import Output, PipeConsole
         from qverify.reports.publish import report_after_gate
 
         # the report step talks on stderr only, so `--json` stdout stays one document (the GateReport)
-        quiet = Output(json_mode=False, console=Console(stderr=True))
+        quiet = Output(json_mode=False, console=PipeConsole(stderr=True))
         with s.out.stdout_is_data():  # MLflow's own prints too
             rc = report_after_gate(s.workdir, report.gate_id, tracking_uri or cfg.tracking_uri, out=quiet)
         if rc and code == 0:
             code = rc
+    if s.out.json_mode:
+        s.out.data(report.model_dump(mode="json"))
+    else:
+        _show(report, s.out.console)
+        s.out.info(f"wrote {s.workdir.gate_report_path(report.gate_id)}")
     raise typer.Exit(code)
+
+
+def _show(report, console) -> None:
+    from qverify.gate.render import render, render_compact, render_looks
+    from qverify.output import PLAIN_WIDTH
+
+    if console.is_terminal:
+        render(report, console)
+    else:  # piped: README's one width promise for non-TTY output
+        render_compact(report, console, width=PLAIN_WIDTH)
+    render_looks(report, console)
 
 
 def register(app: typer.Typer) -> None:
