@@ -120,7 +120,7 @@ class BuildManifest(Strict):
 
             raise BadInput(f"build {self.build_id} loads its own Python code (trust_remote_code in build.json), "
                            "which was not allowed", fix="read that code in the build dir, then pass --trust-remote-code "
-                           "(or set trust_remote_code = true in qverify.toml)")
+                           "or set trust_remote_code = true in qverify.toml")
         return self.trust_remote_code
 
     def part_hashes(self, part: Literal["target", "drafter"]) -> dict[str, str]:

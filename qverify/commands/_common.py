@@ -11,13 +11,25 @@ from qverify.config import MAX_LIMIT, MAX_REPLICATES
 from qverify.errors import BadInput
 
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="qverify.toml to read (default ./qverify.toml)")]
-# the only ways to allow a build's own code: this flag or qverify.toml's trust_remote_code, never build.json
-TrustOpt = Annotated[bool, typer.Option("--trust-remote-code", help="allow the build's own code (e.g. Kimi's "
-                                        "tokenization_kimi.py) when it needs it; read that code first")]
+# the only ways to allow a build's own code: this flag or qverify.toml's trust_remote_code, never build.json.
+# Every command that takes a build accepts both (`trusted` below), so one command line works for them all.
+TRUST_FIX = "read that code, then pass --trust-remote-code or set trust_remote_code = true in qverify.toml"
+TrustOpt = Annotated[bool, typer.Option("--trust-remote-code", help="allow the build's or model's own code (e.g. "
+                                        "Kimi's tokenization_kimi.py) where it needs it, as trust_remote_code = true "
+                                        "in qverify.toml does; read that code first")]
 
 
 def state(ctx: typer.Context):
     return ctx.obj
+
+
+def trusted(flag: bool, config: str | None) -> bool:
+    """The user's permission for a build's own code: --trust-remote-code, else qverify.toml's trust_remote_code."""
+    from pathlib import Path
+
+    from qverify.config import load_config
+
+    return flag or load_config(Path(config) if config else None).trust_remote_code
 
 
 def in_range(ge: float | None = None, gt: float | None = None, lt: float | None = None, le: float | None = None,

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import BUILD_REF_HELP, SEED_SALT_HELP, ConfigOpt, JsonOpt, SeedSalt, state
+from qverify.commands._common import BUILD_REF_HELP, SEED_SALT_HELP, ConfigOpt, JsonOpt, SeedSalt, TrustOpt, state
 
 
 def _check_budget(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
@@ -43,6 +43,7 @@ def gate_cmd(
                                                   "this gate evaluates)")] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="skip the MLflow upload and review report")] = False,
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: sqlite in the workdir)")] = None,
+    trust_remote_code: TrustOpt = False,
 ) -> None:
     """Decide PASS / FAIL / INCONCLUSIVE against run-to-run noise."""
     from qverify.config import load_config
@@ -57,6 +58,8 @@ def gate_cmd(
         cfg = cfg.model_copy(update={"seed_salt": seed_salt})
     if family_wise:
         cfg = cfg.model_copy(update={"family_wise": True})
+    if trust_remote_code:
+        cfg = cfg.model_copy(update={"trust_remote_code": True})
     budget = budget or cfg.budget  # the config's is validated when it is read, before any build
     if fixed and budget:
         raise BadInput("--fixed and a budget are alternatives", fix="drop --fixed, or --budget / the config's budget")

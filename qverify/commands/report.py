@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import state
+from qverify.commands._common import TrustOpt, state
 
 TrackingUriOpt = Annotated[str | None, typer.Option("--tracking-uri", help="MLflow server or DB (default: MLFLOW_TRACKING_URI, else sqlite in the workdir)")]
 
@@ -24,6 +24,7 @@ def report_cmd(
     baseline: Annotated[str | None, typer.Option("--baseline", help="with --compare: baseline build id (prefix) or recipe; default the latest gate's")] = None,
     tracking_uri: TrackingUriOpt = None,
     no_registry: Annotated[bool, typer.Option("--no-registry", help="do not register PASSing builds in the model registry")] = False,
+    trust_remote_code: TrustOpt = False,  # accepted as by every command that takes a build; a report runs none of its code
 ) -> None:
     """Upload a gate to MLflow and write the release-review report."""
     from qverify.errors import BadInput

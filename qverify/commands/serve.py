@@ -5,12 +5,11 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from qverify.commands._common import BUILD_REF_HELP, ConfigOpt, Port, Seconds, TrustOpt, state
+from qverify.commands._common import BUILD_REF_HELP, ConfigOpt, Port, Seconds, TrustOpt, state, trusted
 
 BackendOpt = Annotated[str | None, typer.Option("--backend", help="local (CPU, default), sglang, or endpoint")]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", help="built-in profile name (b200-tp4, h200-tp1, local) or a YAML file")]
@@ -34,7 +33,6 @@ def serve_cmd(
     config: ConfigOpt = None,
 ) -> None:
     """Serve a build over an OpenAI-compatible API (local, sglang, endpoint)."""
-    from qverify.config import load_config
     from qverify.errors import InfraError
     from qverify.scrub import shown_url
     from qverify.serve import get_backend
@@ -44,8 +42,8 @@ def serve_cmd(
     s = state(ctx)
     prof = resolve_profile(backend, profile, endpoint, api_key_env)
     build_dir, manifest = s.workdir.resolve_build(build)
-    trusted = trust_remote_code or load_config(Path(config) if config else None).trust_remote_code
-    srv = get_backend(prof.backend)(build_dir, manifest, prof, s.workdir.logs, port=port, trust_remote_code=trusted)
+    srv = get_backend(prof.backend)(build_dir, manifest, prof, s.workdir.logs, port=port,
+                                    trust_remote_code=trusted(trust_remote_code, config))
 
     if dry_run:
         if srv.port is None and prof.backend != "endpoint":

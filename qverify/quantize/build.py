@@ -138,7 +138,8 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
                                     allow_quantized=True)
         if needs_remote_code(model_dir) and not trust_remote_code:
             raise BadInput(f"{model_dir} loads through remote code (auto_map, e.g. Kimi's tokenization_kimi.py)",
-                           fix="read that code, then pass --trust-remote-code (it is recorded in build.json)")
+                           fix="read that code, then pass --trust-remote-code or set trust_remote_code = true in "
+                               "qverify.toml (it is recorded in build.json)")
         config = json.loads((model_dir / "config.json").read_text())
         layout = read_layout(model_dir, config, list(weight_map(model_dir)))  # a wrapper it cannot build: refused here
         shipped = read_shipped(model_dir, config)
