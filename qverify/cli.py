@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     verbose = "-v" in (argv or sys.argv) or "--verbose" in (argv or sys.argv)
     try:
-        rv = app(args=argv, prog_name="qverify", standalone_mode=False)
+        rv = app(args=_json_first(list(argv if argv is not None else sys.argv[1:])), prog_name="qverify",
+                 standalone_mode=False)
     except click_exc.UsageError as e:
         msg = e.format_message().splitlines()[0] if e.format_message() else "bad usage"
         print(f"error: {msg} (fix: see 'qverify --help')", file=sys.stderr)
@@ -123,6 +124,14 @@ def _main(argv: list[str] | None) -> int:
     except Exception as e:  # noqa: BLE001 -- a bug: infrastructure (3), never read as a FAIL verdict (Python's 1)
         return _failed(e, verbose)
     return _flushed(rv if isinstance(rv, int) else 0)
+
+
+def _json_first(argv: list[str]) -> list[str]:
+    """`--json` anywhere before `--` (`qverify gate ... --json`): moved to the root, where it is declared once, so
+    that it works before or after every command."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    rest = [a for a in argv[:end] if a != "--json"]
+    return argv if len(rest) == end else ["--json", *rest, *argv[end:]]
 
 
 def _failed(e: Exception, verbose: bool) -> int:

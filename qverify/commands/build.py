@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import BUILD_REF_HELP, ConfigOpt, Count, TrustOpt, state, trusted
+from qverify.commands._common import BUILD_REF_HELP, ConfigOpt, Count, RecipeOpt, TrustOpt, state, trusted
 
 
 def _quiet(verbose: bool) -> None:
@@ -19,7 +19,7 @@ def _quiet(verbose: bool) -> None:
 
 def build_cmd(
     ctx: typer.Context,
-    recipe: Annotated[str, typer.Option("--recipe", help="built-in recipe name (qverify recipes) or a recipe YAML file")],
+    recipe: RecipeOpt,
     model: Annotated[Path | None, typer.Option("--model", help="local HF model dir (default: the embedded qverify-tiny)")] = None,
     drafter: Annotated[Path | None, typer.Option("--drafter", help="drafter model dir (default: <model>/drafter if present)")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="build dir (default: <workdir>/builds/<build-id>)")] = None,
@@ -95,6 +95,10 @@ def builds_cmd(ctx: typer.Context) -> None:
                      "size_bytes": size, "kv_bytes_per_token": m.kv_bytes_per_token, "created": m.created, "dir": str(d)})
     s.out.table(f"builds ({root})", ["id", "recipe", "source", "size", "KV B/token", "created"], rows)
     s.out.data(data)
+    if not rows and not s.out.json_mode:
+        for line in ("no builds yet; make one with: qverify build --recipe NAME",
+                     "(qverify recipes lists them; the default model is the embedded qverify-tiny)"):
+            s.out.console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def verify_build_cmd(

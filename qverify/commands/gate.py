@@ -11,7 +11,16 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import BUILD_REF_HELP, SEED_SALT_HELP, ConfigOpt, JsonOpt, SeedSalt, TrustOpt, state
+from qverify.commands._common import (
+    BaselineOpt,
+    ConfigOpt,
+    RecipeOpt,
+    SeedSaltOpt,
+    SuitesOpt,
+    TrackingUriOpt,
+    TrustOpt,
+    state,
+)
 
 
 def _check_budget(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
@@ -25,12 +34,11 @@ def _check_budget(ctx: typer.Context, param: typer.CallbackParam, value: str | N
 
 def gate_cmd(
     ctx: typer.Context,
-    baseline: Annotated[str | None, typer.Option("--baseline", help="baseline: " + BUILD_REF_HELP)] = None,
+    baseline: BaselineOpt = None,
     candidate: Annotated[list[str] | None, typer.Option("--candidate", help="candidate (the same forms); repeat for several")] = None,
-    recipe: Annotated[str | None, typer.Option("--recipe", help="build + eval + gate this recipe against the config's baseline")] = None,
+    recipe: RecipeOpt = None,  # built, evaluated and gated against the config's baseline
     config: ConfigOpt = None,
-    suites: Annotated[str | None, typer.Option("--suites", help="comma-separated suites (default: the config's that the baseline ran)")] = None,
-    json_out: JsonOpt = False,  # the GateReport
+    suites: SuitesOpt = None,
     budget: Annotated[str | None, typer.Option("--budget", callback=_check_budget, help="gate in rounds within this budget: a request count "
                                                             "(default: sized from the suites' tolerances) or a time (10m, 90s: its looks "
                                                             "then depend on the machine's speed); stops when decided, resumes")] = None,
@@ -39,10 +47,9 @@ def gate_cmd(
     family_wise: Annotated[bool, typer.Option("--family-wise", help="several candidates: test each at alpha/m "
                                                                    "(Bonferroni), so picking whichever PASSes keeps a "
                                                                    "false PASS <= alpha")] = False,
-    seed_salt: Annotated[int | None, typer.Option("--seed-salt", callback=SeedSalt, help=SEED_SALT_HELP + " (for the runs "
-                                                  "this gate evaluates)")] = None,
+    seed_salt: SeedSaltOpt = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="skip the MLflow upload and review report")] = False,
-    tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: sqlite in the workdir)")] = None,
+    tracking_uri: TrackingUriOpt = None,
     trust_remote_code: TrustOpt = False,
 ) -> None:
     """Decide PASS / FAIL / INCONCLUSIVE against run-to-run noise."""
@@ -51,8 +58,6 @@ def gate_cmd(
     from qverify.gate import exit_code
 
     s = state(ctx)
-    if json_out:
-        s.out.json_mode = True
     cfg = load_config(Path(config) if config else None)
     if seed_salt is not None:
         cfg = cfg.model_copy(update={"seed_salt": seed_salt})
@@ -127,4 +132,5 @@ def _show(report, console) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("gate", help="Decide PASS / FAIL / INCONCLUSIVE against run-to-run noise.")(gate_cmd)
+    app.command("gate", help="Decide PASS / FAIL / INCONCLUSIVE against run-to-run noise. --recipe NAME builds, "
+                "evaluates and gates one recipe against qverify.toml's baseline.")(gate_cmd)

@@ -9,13 +9,19 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import BUILD_REF_HELP, ConfigOpt, Port, Seconds, TrustOpt, state, trusted
-
-BackendOpt = Annotated[str | None, typer.Option("--backend", help="local (CPU, default), sglang, or endpoint")]
-ProfileOpt = Annotated[str | None, typer.Option("--profile", help="built-in profile name (b200-tp4, h200-tp1, local) or a YAML file")]
-PortOpt = Annotated[int | None, typer.Option("--port", callback=Port, help="port to serve on (default: a free one)")]
-EndpointOpt = Annotated[str | None, typer.Option("--endpoint", help="URL of a running server or router (endpoint backend)")]
-KeyEnvOpt = Annotated[str | None, typer.Option("--api-key-env", help="environment variable holding the API key")]
+from qverify.commands._common import (
+    BUILD_REF_HELP,
+    BackendOpt,
+    ConfigOpt,
+    EndpointOpt,
+    KeyEnvOpt,
+    PortOpt,
+    ProfileOpt,
+    Seconds,
+    TrustOpt,
+    state,
+    trusted,
+)
 
 
 def serve_cmd(
