@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     signum = interrupt.received()
     if signum is not None:
         # whatever the unwinding raised on the way out, the cause is the signal: say so once, and how to resume
-        print(f"error: {interrupt.resume_line(signum, list(argv if argv is not None else sys.argv[1:]))}", file=sys.stderr)
+        _say(f"error: {interrupt.resume_line(signum, list(argv if argv is not None else sys.argv[1:]))}")
         rv = interrupt.exit_code(signum)
     return _exit(rv)
 
@@ -109,7 +109,7 @@ def _main(argv: list[str] | None) -> int:
                  standalone_mode=False)
     except click_exc.UsageError as e:
         msg = e.format_message().splitlines()[0] if e.format_message() else "bad usage"
-        print(f"error: {msg} (fix: see 'qverify --help')", file=sys.stderr)
+        _say(f"error: {msg} (fix: see 'qverify --help')")
         return ExitCode.BAD_INPUT
     except (KeyboardInterrupt, getattr(click_exc, "Abort", KeyboardInterrupt)):
         return 130
@@ -162,12 +162,23 @@ def _flushed(rv: int) -> int:
     return rv
 
 
+def _say(text: str, end: str = "\n") -> None:
+    """An error line on stderr. If stderr's reader has gone (`2>&1 | head -1`) the line is lost, never the error's
+    exit code: fd 2 then points at /dev/null, so that the interpreter's flush at exit fails neither."""
+    try:
+        print(text, file=sys.stderr, end=end, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stderr.fileno())
+        os.close(devnull)
+
+
 def _report(e: QVerifyError, verbose: bool) -> int:
     if verbose:
         traceback.print_exc()
     # a multi-line message is a server log tail: keep its line breaks readable
     msg = f"{e}\n(fix: {e.fix})" if "\n" in str(e).strip() and e.fix else e.one_line()
-    print(f"error: {scrub_text(msg)}", file=sys.stderr)
+    _say(f"error: {scrub_text(msg)}")
     return e.exit_code
 
 
@@ -178,7 +189,7 @@ def _crash(e: Exception, verbose: bool) -> int:
 
     text = "".join(traceback.format_exception(e))
     if verbose:
-        print(text, file=sys.stderr, end="")
+        _say(text, end="")
     name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
     where = None
     for d in ([_workdir.logs] if _workdir else []) + [Path(tempfile.gettempdir())]:
@@ -191,8 +202,8 @@ def _crash(e: Exception, verbose: bool) -> int:
             continue
     first = scrub_text((str(e).strip().splitlines() or [""])[0][:200])
     log = f"; traceback in {where}" if where else ""
-    print(f"error: unexpected {type(e).__name__}: {first} (fix: a bug in qverify{log}; rerun with -v to see it, "
-          f"and report it)", file=sys.stderr)
+    _say(f"error: unexpected {type(e).__name__}: {first} (fix: a bug in qverify{log}; rerun with -v to see it, "
+         f"and report it)")
     return int(ExitCode.INFRA)
 
 

@@ -22,13 +22,13 @@ REPO = Path(__file__).resolve().parents[1]
 CLOSED_PIPE = 141
 
 
-def piped(args: list[str], reader: str, timeout: int = 300) -> tuple[int, str]:
-    """`qverify ARGS | READER` in bash: qverify's exit code (PIPESTATUS[0]) and its stderr."""
+def piped(args: list[str], reader: str, timeout: int = 300, both: bool = False) -> tuple[int, str]:
+    """`qverify ARGS | READER` in bash (`2>&1 |` with `both`): qverify's exit code (PIPESTATUS[0]) and its stderr."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("MLFLOW_TRACKING_URI", None)
     cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "qverify", *args])
     # the reader starts before qverify has imported anything, so `true` has exited before the first write
-    p = subprocess.run(["bash", "-c", f"{cmd} | {reader} >/dev/null; echo rc=${{PIPESTATUS[0]}} >&2"],
+    p = subprocess.run(["bash", "-c", f"{cmd} {'2>&1 ' if both else ''}| {reader} >/dev/null; echo rc=${{PIPESTATUS[0]}} >&2"],
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=timeout)
     head, _, rc = p.stderr.rpartition("rc=")
     return int(rc), head
@@ -39,6 +39,12 @@ def test_a_closed_pipe_is_141_never_1(argv, tmp_path):
     rc, err = piped(["--workdir", str(tmp_path / "wd"), *argv], "true")
     assert rc in (0, CLOSED_PIPE), err  # 0 only if the whole output reached the pipe before `true` exited
     assert "Traceback" not in err and "error:" not in err, err
+
+
+def test_an_error_keeps_its_exit_code_when_stderr_is_a_closed_pipe(tmp_path):
+    """`qverify … 2>&1 | head -1`: the error line may be lost, its exit code (4 here) is not."""
+    rc, _ = piped(["--workdir", str(tmp_path / "wd"), "eval", "nosuchbuild"], "true", both=True)
+    assert rc == 4
 
 
 @pytest.fixture
