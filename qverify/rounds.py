@@ -55,16 +55,14 @@ def decided_nothing(report: GateReport) -> bool:
 def upload_gate(wd: Workdir, report: GateReport, tracking_uri: str | None, out) -> int:
     """The release review to MLflow after a gate: 0, or 3 when tracking failed (the verdict stands, a replay command is
     printed). A gate that decided nothing is no release candidate, so it is not uploaded (exit 3 already says so)."""
-    from rich.console import Console
-
-    from qverify.output import Output
+    from qverify.output import Output, PipeConsole
     from qverify.reports.publish import report_after_gate
 
     if decided_nothing(report):
         out.warn(f"gate {report.gate_id} decided nothing, so it is not uploaded as a release candidate")
         return 0
     # the report step talks on stderr only, so `--json` stdout stays one document (the GateReport)
-    quiet = Output(json_mode=False, console=Console(stderr=True))
+    quiet = Output(json_mode=False, console=PipeConsole(stderr=True))
     with out.stdout_is_data():  # MLflow's own prints too
         return report_after_gate(wd, report.gate_id, tracking_uri, out=quiet)
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import BUILD_REF_HELP, Count, in_range, state
+from qverify.commands._common import BUILD_REF_HELP, Count, ProfileOpt, TrustOpt, in_range, state
 
 
 def capacity_cmd(
@@ -15,7 +15,7 @@ def capacity_cmd(
     model_config: Annotated[str | None, typer.Option("--model-config", help="model config.json, model dir, or a shipped name (kimi-k2.6), instead of a build")] = None,
     recipe: Annotated[str | None, typer.Option("--recipe", help="recipe name or YAML (with --model-config; default bf16)")] = None,
     gpu: Annotated[str, typer.Option("--gpu", help="b200, h200 or h100 (or any name with --hbm-gb)")] = "b200",
-    profile: Annotated[str | None, typer.Option("--profile", help="serving profile (name or YAML): its tp, mem_fraction_static and launch flags")] = None,
+    profile: ProfileOpt = None,  # its tp, mem_fraction_static and launch flags
     tp: Annotated[int | None, typer.Option("--tp", callback=Count, help="tensor-parallel GPUs per replica (default: the profile's, else 1)")] = None,
     mem_fraction: Annotated[float | None, typer.Option("--mem-fraction", callback=in_range(gt=0, le=1, fix="pass a fraction such as 0.85"), help="SGLang --mem-fraction-static (default: the profile's, else SGLang's own default for the model and flags)")] = None,
     cuda_context_gb: Annotated[float | None, typer.Option("--cuda-context-gb", callback=in_range(ge=0, fix="pass 0 or more GB"), help="memory per GPU taken before weights load (CUDA context, NCCL); default 2.5 GiB")] = None,
@@ -23,6 +23,9 @@ def capacity_cmd(
     context: Annotated[str, typer.Option("--context", help="tokens per session, e.g. 100k")] = "100k",
     weights_gb: Annotated[float | None, typer.Option("--weights-gb", callback=in_range(gt=0, fix="pass a size above 0 GB"), help="total weight GB, replacing the computed figure")] = None,
     hbm_gb: Annotated[float | None, typer.Option("--hbm-gb", callback=in_range(gt=0, fix="pass a size above 0 GB"), help="HBM per GPU in GB, replacing the table")] = None,
+    # accepted so one command line grants trust on every command that takes a build (#40): capacity itself reads
+    # only config.json and safetensors headers, never a build's code
+    trust_remote_code: TrustOpt = False,
 ) -> None:
     """Plan KV capacity and weight memory for a build on a GPU type."""
     from qverify.capacity.planner import plan

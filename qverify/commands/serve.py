@@ -5,22 +5,23 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from qverify.commands._common import BUILD_REF_HELP, ConfigOpt, Port, Seconds, TrustOpt, state
-
-BackendOpt = Annotated[str | None, typer.Option("--backend", help="local (CPU, default), sglang, or endpoint")]
-# the built-in profiles, listed from the folder qverify.serve.profile.builtin_profiles reads (importing that module
-# takes half a second, which every CLI start would pay for this help text)
-BUILTIN_PROFILES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "serve" / "profiles").glob("*.yaml"))
-ProfileOpt = Annotated[str | None, typer.Option("--profile", help=f"built-in profile ({', '.join(BUILTIN_PROFILES)}) "
-                                                                  "or a YAML file")]
-PortOpt = Annotated[int | None, typer.Option("--port", callback=Port, help="port to serve on (default: a free one)")]
-EndpointOpt = Annotated[str | None, typer.Option("--endpoint", help="URL of a running server or router (endpoint backend)")]
-KeyEnvOpt = Annotated[str | None, typer.Option("--api-key-env", help="environment variable holding the API key")]
+from qverify.commands._common import (
+    BUILD_REF_HELP,
+    BackendOpt,
+    ConfigOpt,
+    EndpointOpt,
+    KeyEnvOpt,
+    PortOpt,
+    ProfileOpt,
+    Seconds,
+    TrustOpt,
+    state,
+    trusted,
+)
 
 
 DRY_RUN_PORT = 30000  # SGLang's own default --port (srt/arg_groups/arg_utils.py:24)
@@ -41,7 +42,6 @@ def serve_cmd(
     config: ConfigOpt = None,
 ) -> None:
     """Serve a build over an OpenAI-compatible API (local, sglang, endpoint)."""
-    from qverify.config import load_config
     from qverify.errors import InfraError
     from qverify.scrub import shown_url
     from qverify.serve import get_backend
@@ -51,8 +51,8 @@ def serve_cmd(
     s = state(ctx)
     prof = resolve_profile(backend, profile, endpoint, api_key_env)
     build_dir, manifest = s.workdir.resolve_build(build)
-    trusted = trust_remote_code or load_config(Path(config) if config else None).trust_remote_code
-    srv = get_backend(prof.backend)(build_dir, manifest, prof, s.workdir.logs, port=port, trust_remote_code=trusted)
+    srv = get_backend(prof.backend)(build_dir, manifest, prof, s.workdir.logs, port=port,
+                                    trust_remote_code=trusted(trust_remote_code, config))
 
     if dry_run:
         if srv.port is None and prof.backend != "endpoint":

@@ -11,7 +11,6 @@ the build has verified: a killed or disk-full build leaves only a hidden temp di
 
 from __future__ import annotations
 
-import errno
 import gc
 import json
 import os
@@ -23,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qverify.errors import BadInput, InfraError
+from qverify.errors import BadInput, InfraError, disk_full, is_disk_full
 from qverify.models import BuildManifest, content_hash
 from qverify.quantize import eagle3_fp8
 from qverify.quantize import manifest as mf
@@ -46,7 +45,6 @@ from qverify.versions import BUILD_PACKAGES, package_versions
 from qverify.workdir import Workdir, is_build, manifest_path
 
 OnStage = Callable[[str, float | None], None]
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 @dataclass
@@ -93,13 +91,6 @@ def _stage(name: str, on_stage: OnStage | None, seconds: dict[str, float]) -> It
         on_stage(name, seconds[name])
 
 
-def _is_disk_full(e: BaseException) -> bool:
-    if isinstance(e, OSError) and e.errno in _DISK_FULL:
-        return True
-    text = str(e)  # safetensors' Rust writer reports the OS error in its message
-    return any(s in text for s in ("No space left", "os error 28", "File too large", "os error 27", "Disk quota"))
-
-
 def clean_stale(out: Path) -> None:
     """Remove what builds of this output left when their process died: the temp dir (`.<id>.tmp-<pid>`), its
     scratch dir (`.tmp-<pid>.scratch`, llm-compressor's save on the streamed path) and a replaced build being
@@ -143,7 +134,8 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
           workdir: Path | str = ".qverify", out: Path | str | None = None, calib_data: str | None = None,
           calib_samples: int | None = None, calib_seq_len: int | None = None, force: bool = False,
           trust_remote_code: bool = False, on_stage: OnStage | None = None) -> BuildResult:
-    """Build (or reuse) a serving build. Bad input or disk full → BadInput; a fresh build failing its load check → InfraError."""
+    """Build (or reuse) a serving build. Bad input → BadInput; disk full or a fresh build failing its load check →
+    InfraError."""
     seconds: dict[str, float] = {}
     with _stage("resolve", on_stage, seconds):
         inp = _resolve(recipe, model, drafter, workdir, out, calib_data, calib_samples, calib_seq_len, trust_remote_code)
@@ -168,9 +160,9 @@ def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path 
         return BuildResult(out_dir, manifest, reused=False, seconds=seconds, verify=report)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, Exception) and _is_disk_full(e):
-            raise BadInput(f"disk full while writing the build under {out_dir.parent}; nothing was kept",
-                           fix="free space, or pass --out DIR on a bigger disk") from None
+        if isinstance(e, Exception) and is_disk_full(e):
+            raise disk_full(f"disk full while writing the build under {out_dir.parent}; nothing was kept",
+                            fix="free space, or pass --out DIR on a bigger disk") from None
         raise
 
 
@@ -186,7 +178,8 @@ def _resolve(recipe, model, drafter, workdir, out, calib_data, calib_samples, ca
                                 allow_quantized=True)
     if needs_remote_code(model_dir) and not trust_remote_code:
         raise BadInput(f"{model_dir} loads through remote code (auto_map, e.g. Kimi's tokenization_kimi.py)",
-                       fix="read that code, then pass --trust-remote-code (it is recorded in build.json)")
+                       fix="read that code, then pass --trust-remote-code or set trust_remote_code = true in "
+                           "qverify.toml (it is recorded in build.json)")
     config = json.loads((model_dir / "config.json").read_text())
     layout = read_layout(model_dir, config, list(weight_map(model_dir)))  # a wrapper it cannot build: refused here
     shipped = read_shipped(model_dir, config)

@@ -29,6 +29,13 @@ class IntegrityError(BadInput):
 
 def safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
     """(header without __metadata__, byte offset of the data section)."""
+    header, _, base = read_safetensors_header(path)
+    return header, base
+
+
+def read_safetensors_header(path: Path) -> tuple[dict[str, Any], dict[str, str] | None, int]:
+    """(tensor entries, __metadata__ or None, byte offset of the data section): the one parser of the format's
+    header (8-byte little-endian length, then JSON), with a truncated or garbled file an IntegrityError."""
     size = path.stat().st_size
     with path.open("rb") as f:
         raw = f.read(8)
@@ -41,8 +48,8 @@ def safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
             header = json.loads(f.read(n))
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise IntegrityError(f"{path} is not a valid safetensors file", fix="rebuild it with --force") from None
-    header.pop("__metadata__", None)
-    return header, 8 + n
+    meta = header.pop("__metadata__", None)
+    return header, meta, 8 + n
 
 
 def tensor_digests(path: Path) -> dict[str, str]:

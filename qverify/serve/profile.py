@@ -15,21 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from qverify.errors import BadInput, read_input_text
 from qverify.models import ServingProfile
 from qverify.quantize.kv_scales import DEFAULT_BACKEND, SGLANG_FP8_PATHS
 from qverify.registry import Registry
 from qverify.serve.sglang_flags import SGLangFlags
+from qverify.strict import Strict
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 DEFAULT_PROFILE = {"local": "local", "sglang": "b200-tp4", "endpoint": None}
 PREFIX_FIELDS = {"cmd", "node_rank", "nnodes"}
 
 
-class _Flags(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Flags(Strict):
+    pass
 
 
 class LocalFlags(_Flags):
