@@ -6,14 +6,14 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import BUILD_REF_HELP, Count, ProfileOpt, TrustOpt, in_range, state
+from qverify.commands._common import BUILD_REF_HELP, Count, ProfileOpt, RecipeOpt, TrustOpt, in_range, state
 
 
 def capacity_cmd(
     ctx: typer.Context,
     build: Annotated[str | None, typer.Argument(help=BUILD_REF_HELP + ", or a checkpoint directory")] = None,
     model_config: Annotated[str | None, typer.Option("--model-config", help="model config.json, model dir, or a shipped name (kimi-k2.6), instead of a build")] = None,
-    recipe: Annotated[str | None, typer.Option("--recipe", help="recipe name or YAML (with --model-config; default bf16)")] = None,
+    recipe: RecipeOpt = None,  # with --model-config (default bf16); a build already fixes its recipe
     gpu: Annotated[str, typer.Option("--gpu", help="b200, h200 or h100 (or any name with --hbm-gb)")] = "b200",
     profile: ProfileOpt = None,  # its tp, mem_fraction_static and launch flags
     tp: Annotated[int | None, typer.Option("--tp", callback=Count, help="tensor-parallel GPUs per replica (default: the profile's, else 1)")] = None,
