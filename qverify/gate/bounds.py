@@ -55,6 +55,8 @@ class Bounds:
     exact: np.ndarray  # bool: the exact (betting) bound decided, not the t bound
     n: int
     df: np.ndarray | float = np.inf  # the t bound's degrees of freedom (Satterthwaite, _hall)
+    error_cost: tuple[float, float] | None = None  # errored requests at their worst / best (qverify.gate.errored):
+    # how far they moved the lower bound down and the upper bound up, against the bounds on the answered requests
 
 
 def tilted_skewness(d: np.ndarray, mu0: float, iters: int = 12) -> np.ndarray:

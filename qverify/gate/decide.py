@@ -26,7 +26,7 @@ from qverify.gate.bounds import Bounds
 from qverify.gate.rule import ORDER, Decision, build_verdict
 from qverify.models import MetricResult
 
-__all__ = ["ORDER", "build_verdict", "result", "needed_items", "mde_of"]
+__all__ = ["ORDER", "build_verdict", "mde_of", "needed_items", "result"]
 POWER = 0.8
 
 
@@ -63,6 +63,8 @@ def result(dc: Decision, alpha: float) -> MetricResult:
         mde = mde_of(b, alpha)
         p = float(b.p_fail)
         det.update({"se": _fin(se), "p_pass": float(b.p_pass), "exact_bound": bool(b.exact)})
+        if b.error_cost is not None:  # qverify.gate.errored: what counting errored requests at their worst cost
+            det["error_cost"] = {"lower": b.error_cost[0], "upper": b.error_cost[1]}
         if dc.verdict == "INCONCLUSIVE" and not ev.pass_block:
             need = needed_items(b.n, mde, dc.margin)
             if need:

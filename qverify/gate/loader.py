@@ -34,6 +34,7 @@ class RunData:
     n_length: int = 0  # of those, answers that ended on finish_reason == "length" (cut at max_tokens)
     fingerprint: str = ""  # hash of manifest + result files: a changed run gets a new gate id
     extra: dict[str, Any] = field(default_factory=dict)
+    errored: np.ndarray | None = None  # len(items) x len(replicates): True where the request errored or has no result
 
     @property
     def exists(self) -> bool:
@@ -49,6 +50,17 @@ class RunData:
         for r, item in enumerate(items):
             if item in pos:
                 out[r] = src[pos[item]]
+        return out
+
+    def error_rows(self, items: list[str]) -> np.ndarray:
+        """True where item x replicate has no answered request (an error, or no result): qverify.gate.errored."""
+        out = np.zeros((len(items), len(self.replicates)), bool)
+        if self.errored is None:
+            return out
+        pos = {i: r for r, i in enumerate(self.items)}
+        for r, item in enumerate(items):
+            if item in pos:
+                out[r] = self.errored[pos[item]]
         return out
 
     def output_rows(self, items: list[str]) -> list[list[str | None]]:
@@ -71,6 +83,7 @@ def from_results(build_id: str, suite: str, manifest: RunManifest | None, result
     lps: list[list[Any]] | None = [[None] * len(reps) for _ in items] if keep_logprobs else None
     outs: list[list[str | None]] | None = [[None] * len(reps) for _ in items] if keep_outputs else None
     n_res = n_err = n_len = 0
+    errored = np.ones((len(items), len(reps)), bool)
     for col, k in enumerate(reps):
         for r in results[k]:
             n_res += 1
@@ -78,6 +91,7 @@ def from_results(build_id: str, suite: str, manifest: RunManifest | None, result
                 n_err += 1
                 continue
             row = pos[r.item_id]
+            errored[row, col] = False
             n_len += r.response is not None and r.response.finish_reason == "length"
             for key, v in r.scores.items():
                 if key not in scores:
@@ -87,7 +101,7 @@ def from_results(build_id: str, suite: str, manifest: RunManifest | None, result
                 lps[row][col] = r.response.logprobs
             if outs is not None:
                 outs[row][col] = output_signature(r.response)
-    return RunData(build_id, suite, manifest, items, reps, scores, lps, outs, n_res, n_err, n_len)
+    return RunData(build_id, suite, manifest, items, reps, scores, lps, outs, n_res, n_err, n_len, errored=errored)
 
 
 def load(runs_root: Path, build_id: str, suite: str) -> RunData:
