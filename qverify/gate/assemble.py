@@ -199,6 +199,9 @@ def _kld(specs: list[MetricSpec], base: RunData, cand: RunData, items: list[str]
             side = "baseline" if np.isnan(b).all() else "candidate"
             out.append(_refused(s, f"{s.name}: no item has logprobs in the {side}'s runs"))
             continue
+        if s.broken is not None:
+            out.append(_broken(s, b, c, er.pair_errors(eb, ec, dz.cross_pairs(kb, kc)), items))
+            continue
         scale, exact, filled = 1.0, False, None
         if s.cap is not None:  # capped: d_i in [-cap, cap], the exact betting bound decides (heavy tails)
             b, c, scale, exact = np.minimum(b, s.cap), np.minimum(c, s.cap), s.cap, True
@@ -218,3 +221,27 @@ def _kld(specs: list[MetricSpec], base: RunData, cand: RunData, items: list[str]
             details={**_summary(b[rows], c[rows]), "baseline_self": own, **warn,
                      "pairs": "baseline: ordered pairs of its runs; candidate: (baseline k, candidate j != k)"}), filled))
     return out
+
+
+def _broken(s: MetricSpec, b: np.ndarray, c: np.ndarray, ec: np.ndarray, items: list[str]) -> Evidence:
+    """kld/broken: item i is broken when its KL to the baseline (mean over the candidate's pairs, uncapped) exceeds
+    s.broken and every one of the baseline's own pairs on the item; the share of broken items is bounded exactly
+    (qverify.gate.bounds.share_bounds). An item with an errored candidate request counts as broken for PASS and as
+    what its answered pairs show for FAIL (qverify.gate.errored)."""
+    with np.errstate(all="ignore"):
+        kl = dz.item_means(c)
+        own = np.where(np.isnan(b).all(axis=1), 0.0, np.nan_to_num(np.nanmax(np.where(np.isnan(b), -np.inf, b), axis=1)))
+    hit = ~np.isnan(kl) & (kl > np.maximum(s.broken, own))
+    err = (ec & np.isnan(c)).any(axis=1)
+    seen, scored = ~np.isnan(kl), ~np.isnan(kl) | err
+    ev = Evidence(s.name, s.direction, s.tolerance, hit[seen].astype(float), s.gated, bounded=True, share=True,
+                  details={"baseline_mean": float(np.mean(own[seen] > s.broken)) if seen.any() else 0.0,
+                           "candidate_mean": float(hit[seen].mean()) if seen.any() else 0.0,
+                           "baseline_spread": [], "candidate_spread": [], "replicates": [b.shape[1], c.shape[1]],
+                           "broken_items": [items[i] for i in np.flatnonzero(hit)][:20],
+                           "pairs": f"item broken: its mean KL over (baseline k, candidate j != k) above {s.broken} "
+                                    f"and above every pair of the baseline's own runs"})
+    if err[scored].any():
+        ev.d_pass, ev.d_fail = (hit | err)[scored].astype(float), hit[scored].astype(float)
+        ev.details["errored_requests"] = {"baseline": 0, "candidate": int((ec & np.isnan(c)).sum())}
+    return ev
