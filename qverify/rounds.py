@@ -8,8 +8,8 @@ runner, server or quantizer (tests/test_structure.py)."""
 from __future__ import annotations
 
 from qverify.config import QVerifyConfig
-from qverify.errors import BadInput
-from qverify.gate.boundaries import LookLevels
+from qverify.gate import ledger
+from qverify.gate.boundaries import LookLevels, spending
 from qverify.gate.budget import Look, Plan, make_plan, run_sequence
 from qverify.models import GateReport
 from qverify.workdir import Workdir
@@ -46,17 +46,35 @@ def gate_builds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list
     def gate(open_suites: list[str], look: LookLevels) -> GateReport:
         return run_gate(wd, baseline, candidates, open_suites, cfg, write=False, look=look)
 
+    instance = _instance(wd, baseline, candidates, plan)
+    plan.alpha = ledger.remaining(wd.runs, baseline, candidates, plan.suites, instance, plan.alpha)
     report, looks = run_sequence(wd.gates, baseline, candidates, plan, items_now, gate)
-    if plan.is_fixed:
-        from qverify.gate.looks import earlier_looks
-
-        again = earlier_looks(wd, report)
-        if again:
-            raise BadInput(f"a second look at full alpha is optional stopping: {again[0]}",
-                           fix="gate grown runs with the budgeted gate (`qverify gate --budget REQUESTS`), whose looks "
-                               "have sequential levels")
+    spent = plan.alpha if plan.is_fixed else float(spending(len(looks) / plan.looks, plan.alpha, plan.gamma))
+    ledger.record(wd.runs, baseline, candidates, plan.suites, instance, spent, "fixed" if plan.is_fixed else "budgeted",
+                  report.gate_id, len(looks), dict(looks[-1].items) if looks else {})
     write_report(wd, report)
     return report, looks, plan
+
+
+def _instance(wd: Workdir, baseline: str, candidates: list[str], plan: Plan) -> str:
+    """Which gate this is in the runs' ledger (qverify.gate.ledger): a fixed gate is its runs' content (re-gating
+    unchanged runs is the same gate); a budgeted one its sequence, resumed while gates/ holds its looks, else new."""
+    import json
+
+    from qverify.gate.budget import sequence_id
+    from qverify.gate.loader import fingerprint
+    from qverify.models import content_hash
+    from qverify.workdir import sequence_path
+
+    if plan.is_fixed:
+        prints = {f"{b}/{s}": fingerprint(wd.runs, b, s) for b in [baseline, *candidates] for s in plan.suites}
+        return "fixed-" + content_hash({"baseline": baseline, "candidates": candidates, "runs": prints}, 12)
+    seq = sequence_id(baseline, candidates, plan)
+    seen = list(dict.fromkeys(e["instance"] for c in candidates for e in ledger.entries(wd.runs, baseline, c, plan.suites)
+                              if e["instance"].startswith(seq + "/")))
+    state = sequence_path(wd.gates, seq)
+    resumed = state.exists() and json.loads(state.read_text() or "{}")
+    return seen[-1] if resumed and seen else f"{seq}/{len(seen)}"
 
 
 def _evaluator(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], suites: list[str],

@@ -286,9 +286,9 @@ def _load(path: Path, plan: Plan) -> list[Look]:
         raise BadInput(f"{path} already holds {len(looks)} look(s) of this baseline, candidates and suites planned "
                        f"with budget {spent}, {was['looks']} looks, alpha {was['alpha']}; a different plan ({diff}) "
                        "on the same data would spend alpha afresh on looks already taken (optional stopping)",
-                       fix=f"rerun with its plan (--budget {_budget_text(was)}) to resume or re-report it, or start "
-                           "an independent sequence on new samples: another --seed-salt (its runs made afresh: "
-                           "qverify eval BUILD --suites ... --fresh --seed-salt N), or another workdir")
+                       fix=f"rerun with its plan (--budget {_budget_text(was)}) to resume or re-report it (new samples "
+                           "of the same items, another --seed-salt or workdir, are the same experiment: "
+                           "qverify.gate.ledger counts them against the same alpha)")
     return looks
 
 

@@ -69,9 +69,10 @@ def result(dc: Decision, alpha: float) -> MetricResult:
             need = needed_items(b.n, mde, dc.margin)
             if need:
                 det["needed_items"] = need
-                advice = (f"about {need} items (at these replicates) would make a {dc.margin:.3g} loss detectable: let "
-                          f"the budgeted gate (`qverify gate`, the default; `--budget REQUESTS`) add them at sequential "
-                          f"levels; gating grown runs again with --fixed is optional stopping and is refused")
+                advice = (f"about {need} items (at these replicates) would make a {dc.margin:.3g} loss detectable: the "
+                          f"budgeted gate (`qverify gate`, the default; `--budget REQUESTS`) adds items at sequential "
+                          f"levels within one alpha; any later gate of these runs spends only the alpha this one left "
+                          f"(a fixed gate leaves none: another look is optional stopping and is refused)")
     det["noise_sd"] = ev.noise_sd
     det["tolerance_configured"] = ev.tolerance
     method = "one-sided t bound on item-clustered paired differences"

@@ -119,6 +119,11 @@ def has_run(runs_root: Path, build_id: str, suite: str) -> bool:
     return store.manifest_path.exists() or bool(store.replicates())
 
 
+def fingerprint(runs_root: Path, build_id: str, suite: str) -> str:
+    """A run's content hash without reading its results into memory (qverify.gate.ledger's fixed-gate key)."""
+    return _fingerprint(RunStore(run_path(runs_root, build_id, suite)))
+
+
 def _fingerprint(store: RunStore) -> str:
     h = hashlib.sha256()
     for p in sorted([store.manifest_path, *store.dir.glob("r*.jsonl")]):
