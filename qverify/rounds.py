@@ -37,9 +37,9 @@ def gate_builds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list
                          budget, cfg.looks, extra_builds={"greedy": len(twins)} if twins else None,
                          seed_salt=cfg.seed_salt)
 
-    def items_now(builds: list[str], want: dict[str, int]) -> list[dict[str, int]]:
+    def items_now(builds: list[str], want: dict[str, int], reps: dict[str, int] | None = None) -> list[dict[str, int]]:
         if evaluate is not None:
-            evaluate(builds + twins, want)
+            evaluate(builds + twins, want, reps or {})
         ms = [{s: RunStore(wd.run_dir(b, s)).read_manifest() for s in want} for b in builds]
         return [{s: m.n_items if m is not None else 0 for s, m in got.items()} for got in ms]
 
@@ -87,12 +87,14 @@ def _evaluator(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[
     twins = ensure_twins(wd, baseline, candidates, trust_remote_code=cfg.trust_remote_code) if "greedy" in suites else []
     serving = serving_profile(cfg.serving)
 
-    def evaluate(builds: list[str], want: dict[str, int]) -> None:
-        for n in sorted(set(want.values())):  # one server session per build and distinct item count
-            group = [s for s, m in want.items() if m == n]
+    def evaluate(builds: list[str], want: dict[str, int], reps: dict[str, int]) -> None:
+        # one server session per build and distinct (items, replicates): a suite whose finite source ran out grows
+        # its replicates instead of its items (qverify.gate.budget)
+        for n, r in sorted({(m, reps.get(s)) for s, m in want.items()}, key=lambda x: (x[0], x[1] or 0)):
+            group = [s for s, m in want.items() if m == n and reps.get(s) == r]
             # 0: a fixed plan's look (Plan.fixed), evaluated to the config's limit as `qverify eval` does
             spec = (EvalSpec.from_config(cfg, suites=group, serving=serving) if n == 0 else
-                    EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving))
+                    EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving, replicates=r))
             evaluate_builds(wd, builds, spec, show_progress=show_progress, warn=warn,
                             suites_by_build={t: ["greedy"] for t in twins})
 

@@ -7,11 +7,6 @@ from __future__ import annotations
 from qverify.models import GateReport
 
 
-def _items(report: GateReport) -> dict[tuple[str, str], int]:
-    """(candidate, gated metric) -> paired items of a decided or undecided metric."""
-    return {(c.build_id, m.metric): m.n_items for c in report.candidates for m in c.metrics if m.gated}
-
-
 def budgeted(report: GateReport) -> bool:
     """A gate whose looks had sequential levels (a fixed gate is a plan of one look with no budget)."""
     plan = (report.config.get("sequential") or {}).get("plan", {})
