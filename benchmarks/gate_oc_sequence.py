@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from gate_oc import ALPHA, GATE_SUITES, TOL, Point, paired_d
+from oc_models import ALPHA, GATE_SUITES, TOL, Point, paired_d
 
 from qverify.gate.boundaries import LookLevels
 from qverify.gate.budget import make_plan, run_sequence
