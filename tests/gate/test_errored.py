@@ -80,3 +80,23 @@ def test_an_unchanged_build_with_random_errors_still_passes():
     """Errors at random on an unchanged build cost power, not the verdict: 1% of the candidate's requests erroring
     at random, P(PASS | 0) 0.87 (100 trials; 0.98 without errors, 0.61 at 1.9%). 40 trials here, at least 0.7."""
     assert _pass_rate("random", 40, 352, delta=0.0, share=0.01) >= 0.7
+
+
+def test_schema_accuracy_counts_an_answer_that_calls_no_tool(tmp_path):
+    """Issue 35.5: verifier/schema_accuracy was scored only on answers that call a tool. A candidate whose calls are
+    valid 80% of the time instead of 97%, and that stops calling wherever its call would be invalid, scored 100% on
+    what it called and PASSed it; counted over every answer (no call = 0) it does not PASS."""
+    rng = np.random.default_rng(5)
+    n, k = 300, 3
+    called_b = np.ones((n, k))
+    valid_b = (rng.random((n, k)) < 0.97).astype(float)
+    valid_c = (rng.random((n, k)) < 0.80).astype(float)
+    for build, calls, valid in (("vb", called_b, valid_b), ("vc", valid_c, valid_c)):  # vc calls only when valid
+        synth.write_build(tmp_path / "builds", build, recipe=build)
+        scores = {"tool_call_finish": calls, "schema_accuracy": np.where(calls == 1, valid, np.nan),
+                  "hygiene/empty": np.zeros((n, k))}
+        synth.write_run(tmp_path / "runs", build, "verifier", synth.results("verifier", synth.item_ids("verifier", n),
+                                                                            scores))
+    rep = run_gate(tmp_path, "vb", ["vc"], ["verifier"])
+    m = next(x for x in rep.candidates[0].metrics if x.metric == "verifier/schema_accuracy")
+    assert m.verdict == "FAIL" and abs(m.candidate_mean - valid_c.mean()) < 1e-9, m.reason
