@@ -192,8 +192,9 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
         have.update(lk.items)
         reps.update(lk.replicates)
     levels = plan.levels()
-    # the FAIL family of each candidate: its gated metrics at look 1, when every suite is open
-    family = {c: len(ms) for c, ms in looks[0].metrics.items()} if looks else {}
+    # the FAIL family of each candidate: its gated metrics at look 1, when every suite is open, and the declared
+    # gated metrics of each suite refused then (a suite gated later is tested inside the family, not outside it)
+    family = _family(looks[0]) if looks else {}
     report = None
     spent_s = looks[-1].seconds if looks else 0.0
     for j in range(len(looks) + 1, plan.looks + 1):
@@ -219,13 +220,14 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
             more = {s: r for s, r in now.items() if r != plan.replicates}
             evaluate([baseline, *candidates], stale, {s: now[s] for s in stale})
         spent_s += clock() - t0
-        at = plan.look_levels(j, family)
+        # before look 1, every gated metric the suites declare (a family such as longctx/accuracy@* counts once): a suite
+        # refused at look 1 is then inside the family from the start (its FAIL tests at any look are counted)
+        at = plan.look_levels(j, family or {c: _declared(plan.suites) for c in candidates})
         report = gate(open_suites, at)
-        if not family:
-            family = {c.build_id: sum(m.gated for m in c.metrics) for c in report.candidates}
         prev = looks[-1].requests if looks else 0
         lk = Look(j, levels[j - 1], items, prev + plan.round_requests(have, items, reps, now, 1 + len(candidates)),
                   spent_s, fail_level=at.fail_level(max(family.values(), default=1)), replicates=more)
+        first_look = not family
         have.update(items)
         reps.update(now)
         for c in report.candidates:
@@ -238,6 +240,9 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
             rows = {m.metric.split("/", 1)[0] for m in c.metrics}  # a suite with rows was gated (as run_gate says)
             lk.refused[c.build_id] = {s: _problems_of(s, c.integrity) for s in open_suites if s not in rows}
         lk.exhausted = sorted(exhausted)
+        if first_look:
+            family = _family(lk)
+            lk.fail_level = at.fail_level(max(family.values(), default=1))
         looks.append(lk)
         state.record(lk)
         if not plan.is_fixed:
@@ -245,8 +250,22 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
         if plan.budget_requests is not None and lk.requests >= plan.budget_requests:
             break
     if report is None and looks:  # the sequence had ended: report it again from its last look (runs unchanged)
-        report = gate(list(looks[-1].items), plan.look_levels(len(looks), family if len(looks) > 1 else {}))
+        report = gate(list(looks[-1].items), plan.look_levels(len(looks), family if len(looks) > 1 else
+                                                             {c: _declared(plan.suites) for c in candidates}))
     return _final(report, state, looks, plan, seq_id), looks
+
+
+def _declared(suites: list[str]) -> int:
+    from qverify.gate.metrics import specs_for_suite
+
+    return sum(s.gated for suite in suites for s in specs_for_suite(suite))
+
+
+def _family(first: Look) -> dict[str, int]:
+    """Each candidate's FAIL family: its gated metrics at look 1 plus the declared gated metrics of every suite
+    refused at look 1 (issue 35.5: such a suite, gated at a later look, was tested outside the family)."""
+    return {c: len(first.metrics.get(c, {})) + sum(_declared([suite]) for suite in first.refused.get(c, {}))
+            for c in first.metrics.keys() | first.refused.keys()}
 
 
 def sequence_id(baseline: str, candidates: list[str], plan: Plan) -> str:

@@ -291,3 +291,16 @@ def test_another_plan_on_the_same_looks_is_refused_a_new_salt_is_a_new_sequence(
     assert sequence_id("base", ["same"], salted) != sequence_id("base", ["same"], plan)
     assert sequence_id("base", ["same"], make_plan(["longctx"], {"longctx": 50}, K, 2, 0.05, "900")) == \
         sequence_id("base", ["same"], plan)
+
+
+def test_a_suite_refused_at_look_1_is_inside_the_fail_family(tmp_path):
+    """Issue 35.5: the FAIL family was the gated metrics with rows at look 1, so a suite refused then (coding: 22%
+    errors in round 1) and gated later was tested outside it. Now its declared gated metrics count from look 1 on."""
+    rng = np.random.default_rng(11)
+    pc, pl = _outcomes(rng, NMAX), _noisy_longctx_keeps_the_sequence_going()
+    probs = {"base": {"coding": pc, "longctx": pl}, "same": {"coding": pc, "longctx": pl}}
+    ev = Rounds(tmp_path, probs, unseeded=("longctx",), errors={("same", "coding"): 0.22})
+    plan = make_plan(["coding", "longctx"], {"coding": 100, "longctx": 100}, K, 2, 0.05, "2400")
+    _, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["same"], plan, ev, _gate(tmp_path, "base", "same"))
+    assert "coding" in looks[0].refused["same"] and "coding/pass@1" not in looks[0].metrics["same"]
+    assert looks[0].fail_level == pytest.approx(plan.look_levels(1, {}).fail_level(2))  # longctx's 1 + coding's 1
