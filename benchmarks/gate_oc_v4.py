@@ -47,26 +47,29 @@ def say(line: str) -> None:
         f.write(line + "\n")
 
 
-def _run(build: str, x: np.ndarray, err: np.ndarray) -> RunData:
+def _run(build: str, x: np.ndarray, err: np.ndarray, drop: bool = False) -> RunData:
     ids = item_ids("toolcall", len(x))
     m = RunManifest(build_id=build, suite="toolcall", suite_version="1", item_set_hash=content_hash(ids), n_items=len(x),
                     replicates=x.shape[1], sampling=Sampling(), serving=ServingProfile(), complete=True)
     return RunData(build, "toolcall", m, ids, list(range(x.shape[1])), {"exact_call": np.where(err, np.nan, x)},
-                   n_results=x.size, n_errors=int(err.sum()), errored=err)
+                   n_results=x.size, n_errors=int(err.sum()), errored=None if drop else err)
 
 
-def error_rows(trials: int, rng: np.random.Generator) -> None:
+def error_rows(trials: int, rng: np.random.Generator, only: str = "") -> None:
     say(f"\n# errored requests (35.1): toolcall-like, 300 items x 3, tol {TOL}; gate_candidate per trial")
     say("| Δ | errors | where | P(PASS) exact_call | P(FAIL) | trials |")
     say("|---|---|---|---|---|---|")
     for delta, share, where, t in ((-TOL, 0.0, "none", trials), (-TOL, 0.019, "random", trials),
-                                   (-TOL, 0.019, "lost", trials), (0.0, 0.0, "none", trials // 2),
-                                   (0.0, 0.01, "random", trials // 2), (0.0, 0.019, "random", trials // 2)):
+                                   (-TOL, 0.019, "lost", trials), (-TOL, 0.019, "lost, dropped (the rule before)", trials),
+                                   (0.0, 0.0, "none", trials // 2), (0.0, 0.01, "random", trials // 2),
+                                   (0.0, 0.019, "random", trials // 2)):
+        if only not in where:
+            continue
         v = []
         for _ in range(t):
-            b, c, err = lost_items_with_errors(rng, 300, 3, delta, share, where=where)
+            b, c, err = lost_items_with_errors(rng, 300, 3, delta, share, where=where.split(",")[0])
             rep = gate_candidate("cand", "cand", {"toolcall": _run("base", b, np.zeros_like(err))},
-                                 {"toolcall": _run("cand", c, err)}, {})
+                                 {"toolcall": _run("cand", c, err, drop="dropped" in where)}, {})
             v.append(next(m.verdict for m in rep.metrics if m.metric == "toolcall/exact_call"))
         v = np.asarray(v)
         say(f"| {delta / TOL:+.0f} tol | {share:.1%} | {where} | {np.mean(v == 'PASS'):.3f} | {np.mean(v == 'FAIL'):.3f} "
@@ -153,13 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default="errors,broken,routes")
     ap.add_argument("--trials", type=int, default=0, help="override every row's trials")
     ap.add_argument("--seed", type=int, default=35)
+    ap.add_argument("--only", default="", help="errors: only the rows whose `where` contains this")
     a = ap.parse_args(argv)
     rng = np.random.default_rng(a.seed)
     OUT.parent.mkdir(exist_ok=True)
     say(f"# gate_oc_v4.py {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, seed {a.seed}")
     for row in a.rows.split(","):
         t0 = time.time()
-        {"errors": lambda: error_rows(a.trials or 1000, rng), "broken": lambda: broken_rows(a.trials or 20000, rng),
+        {"errors": lambda: error_rows(a.trials or 1000, rng, a.only), "broken": lambda: broken_rows(a.trials or 20000, rng),
          "routes": lambda: route_rows(a.trials or 20000, rng)}[row]()
         say(f"({row}: {time.time() - t0:.0f} s)")
     return 0
