@@ -5,7 +5,7 @@
   items it loses; and at Δ = 0 with errors at random (the power they cost). Each trial is gate.gate_candidate on
   in-memory RunData (the path run_gate takes after loading the runs).
 * broken (35.4): kld/broken's exact bound (bounds.share_bounds, as rule.measure calls it) at the looks of the default
-  plan (12 rounds of kld's 150 items, the levels of LookLevels) and at one fixed look of 300 items, items broken
+  plan (J rounds of kld's 150 items, J from qverify.gate.plan_size, the levels of LookLevels) and at one fixed look of 300 items, items broken
   independently at a share from 0 to 1%.
 * routes (35.2): P(PASS) at Δ = −tol over a user's whole procedure (one toolcall-like metric, gate_oc's noisy model,
   rounds of 60 items at the 12-look plan's levels, paired_bounds as each look decides): a budgeted sequence stopped
@@ -76,11 +76,14 @@ def error_rows(trials: int, rng: np.random.Generator, only: str = "") -> None:
             f"| {t} |")
 
 
-def broken_rows(trials: int, rng: np.random.Generator, looks: int = 12, first: int = 150) -> None:
+def broken_rows(trials: int, rng: np.random.Generator, looks: int = 0, first: int = 150) -> None:
+    from gate_oc_sequence import default_rounds
+
+    looks = looks or default_rounds()  # the default plan's J (qverify.gate.plan_size)
     levels = nominal_levels(tuple(float(j) for j in range(1, looks + 1)), ALPHA)
     say(f"\n# kld/broken (35.4): tolerance {BROKEN_SHARE}, exact Clopper-Pearson; the default plan's {looks} looks of "
         f"{first} kld items, and one fixed look")
-    say("| share of items broken | P(PASS) by look 12 | median look of PASS | P(PASS) fixed 300 items | P(PASS) fixed 600 | "
+    say(f"| share of items broken | P(PASS) by look {looks} | median look of PASS | P(PASS) fixed 300 items | P(PASS) fixed 600 | "
         "trials |")
     say("|---|---|---|---|---|---|")
     for share in (0.0, 0.001, 0.0025, BROKEN_SHARE, 0.01):
