@@ -91,8 +91,10 @@ def _rep_means(x: np.ndarray) -> list[float]:
 
 def _mean(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> Evidence:
     b, c = base.matrix(s.key, items), cand.matrix(s.key, items)
-    if s.zero_unless:  # not scored because the answer did not do what the score is about: counts as 0
-        b, c = (np.where(np.isnan(x) & (r.matrix(s.zero_unless, items) == 0), 0.0, x) for x, r in ((b, base), (c, cand)))
+    gate_on = [r.matrix(s.zero_unless, items) for r in (base, cand)] if s.zero_unless else []
+    if gate_on and any(np.nansum(g) > 0 for g in gate_on):  # not scored because the answer did not do what the score
+        # is about: counts as 0 (no such answer on either side leaves the metric undefined, refused below)
+        b, c = (np.where(np.isnan(x) & (g == 0), 0.0, x) for x, g in zip((b, c), gate_on))
     missing = [side for side, x in (("baseline", b), ("candidate", c)) if np.isnan(x).all()]
     if missing:
         return _refused(s, f"{s.name} has no value on the {' and '.join(missing)} side: the metric is undefined there")
