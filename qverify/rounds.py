@@ -77,3 +77,42 @@ def _instance(wd: Workdir, baseline: str, candidates: list[str], plan: Plan):
     state = sequence_path(wd.gates, seq)
     resumed = state.exists() and json.loads(state.read_text() or "{}")
     return seen[-1] if resumed and seen else f"{seq}/{len(seen)}"
+
+
+def _evaluator(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], suites: list[str],
+               show_progress: bool, warn):
+    """The one way the gate evaluates: each round brings the builds (and greedy/match's twins, on greedy) to their
+    items, with the serving profile `qverify eval` resolves. A fixed look evaluates once, to the config's limit."""
+    from qverify.pipeline import EvalSpec, ensure_twins, evaluate_builds, serving_profile
+
+    # greedy/match's references (the candidates' twins) are evaluated on greedy alongside the candidates
+    twins = ensure_twins(wd, baseline, candidates, trust_remote_code=cfg.trust_remote_code) if "greedy" in suites else []
+    serving = serving_profile(cfg.serving)
+
+    def evaluate(builds: list[str], want: dict[str, int], reps: dict[str, int]) -> None:
+        # one server session per build and distinct (items, replicates): a suite whose finite source ran out grows
+        # its replicates instead of its items (qverify.gate.budget)
+        for n, r in sorted({(m, reps.get(s)) for s, m in want.items()}, key=lambda x: (x[0], x[1] or 0)):
+            group = [s for s, m in want.items() if m == n and reps.get(s) == r]
+            # 0: a fixed plan's look (Plan.fixed), evaluated to the config's limit as `qverify eval` does
+            spec = (EvalSpec.from_config(cfg, suites=group, serving=serving) if n == 0 else
+                    EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving, replicates=r))
+            evaluate_builds(wd, builds, spec, show_progress=show_progress, warn=warn,
+                            suites_by_build={t: ["greedy"] for t in twins})
+
+    return evaluate, twins
+
+
+def default_budget(cfg: QVerifyConfig, suites: list[str], n_builds: int) -> int:
+    """`qverify gate`'s request budget when none is given, sized from the tolerances (qverify.gate.plan_size)."""
+    from qverify.gate.plan_size import default_budget as sized
+
+    tols = {k: v.tolerance for k, v in cfg.thresholds.items()}
+    return sized(suites, _first_look(cfg, suites), cfg.replicates, n_builds, cfg.alpha_per_candidate(n_builds - 1), tols)
+
+
+def _first_look(cfg: QVerifyConfig, suites: list[str]) -> dict[str, int]:
+    """Items per suite at look 1, and added each round: the config's limit, else the suite's default."""
+    from qverify.suites import get_suite
+
+    return {s: cfg.limit or get_suite(s).default_n for s in suites}

@@ -96,7 +96,6 @@ def record(runs_root: Path, baseline: str, candidates: list[str], suites: list[s
         p = path(runs_root, c)
         p.parent.mkdir(parents=True, exist_ok=True)
         with open(p, "a") as f:
-            for s in suites:
-                f.write(json.dumps({"baseline": baseline, "candidate": c, "suite": s, "instance": _id(instance, c, s),
+            f.writelines(json.dumps({"baseline": baseline, "candidate": c, "suite": s, "instance": _id(instance, c, s),
                                     "spent": spent, "kind": kind, "gate_id": gate_id, "looks": looks,
-                                    "items": items.get(s)}) + "\n")
+                                    "items": items.get(s)}) + "\n" for s in suites)
