@@ -150,6 +150,8 @@ def test_gate_attaches_to_the_configs_endpoint_as_eval_does(tiny_model_dir, tmp_
         report = json.loads(r.stdout)
         base, cand = report["baseline"], report["candidates"][0]["build_id"]
         assert served_by_endpoint(base, 4) and served_by_endpoint(cand, 4)
+        # the fixed gate spent the pair's alpha (qverify.gate.ledger); this test is about the endpoint: start afresh
+        (wd.runs / cand / "gate-looks.jsonl").unlink()
         r = qv("gate", "--baseline", base, "--candidate", cand, "--budget", "16")  # two rounds of 4 items on 2 builds
         assert r.returncode != 4 and "applies to the endpoint backend" not in r.stderr, r.stderr[-2000:]
         assert served_by_endpoint(base, 8) and served_by_endpoint(cand, 8)
