@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from qverify.errors import refuse_special_files
 from qverify.evals.store import RunStore
 from qverify.gate.metrics import specs_for_suite
 from qverify.gate.pairwise import output_signature
@@ -126,7 +127,11 @@ def fingerprint(runs_root: Path, build_id: str, suite: str) -> str:
 
 def _fingerprint(store: RunStore) -> str:
     h = hashlib.sha256()
-    for p in sorted([store.manifest_path, *store.dir.glob("r*.jsonl")]):
+    files = sorted([store.manifest_path, *store.dir.glob("r*.jsonl")])
+    # a FIFO would block the read forever: refused first, as every read of a run is (qverify.evals.store)
+    refuse_special_files([p for p in files if p.exists()], "run file",
+                         fix=f"remove it and rerun `qverify eval {store.dir.parent.name} --suites {store.dir.name}`")
+    for p in files:
         if p.exists():
             h.update(p.name.encode())
             with open(p, "rb") as f:
