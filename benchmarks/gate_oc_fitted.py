@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     states = {"zero": ("all Δ=0", {}, "diffuse", 1), "half": ("toolcall -tol/2", {"toolcall": -0.5}, "diffuse", 1),
               "minus2d": ("toolcall -2 tol, diffuse", {"toolcall": -2.0}, "diffuse", 1),
               "minus2c": ("toolcall -2 tol, concentrated", {"toolcall": -2.0}, "concentrated", 1),
-              "minus1": ("toolcall -tol, concentrated (level)", {"toolcall": -1.0}, "concentrated", 2)}
+              "minus1": ("toolcall -tol, concentrated (level)", {"toolcall": -1.0}, "concentrated", 2),
+              "minus1d": ("toolcall -tol, diffuse (level)", {"toolcall": -1.0}, "diffuse", 2)}
     OUT.parent.mkdir(exist_ok=True)
     with open(OUT, "a") as f:
         f.write(f"\n# gate_oc_fitted.py {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, seed {a.seed}: "
