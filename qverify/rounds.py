@@ -40,14 +40,16 @@ def gate_builds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list
     def items_now(builds: list[str], want: dict[str, int], reps: dict[str, int] | None = None) -> list[dict[str, int]]:
         if evaluate is not None:
             evaluate(builds + twins, want, reps or {})
+            if plan.is_fixed:  # the look sees the runs as evaluated now: their ledger decides its alpha again
+                plan.alpha = ledger.remaining(wd.runs, baseline, candidates, plan.suites, instance, full_alpha)
         ms = [{s: RunStore(wd.run_dir(b, s)).read_manifest() for s in want} for b in builds]
         return [{s: m.n_items if m is not None else 0 for s, m in got.items()} for got in ms]
 
     def gate(open_suites: list[str], look: LookLevels) -> GateReport:
         return run_gate(wd, baseline, candidates, open_suites, cfg, write=False, look=look)
 
-    instance = _instance(wd, baseline, candidates, plan)
-    plan.alpha = ledger.remaining(wd.runs, baseline, candidates, plan.suites, instance, plan.alpha)
+    instance, full_alpha = _instance(wd, baseline, candidates, plan), plan.alpha
+    plan.alpha = ledger.remaining(wd.runs, baseline, candidates, plan.suites, instance, full_alpha)
     report, looks = run_sequence(wd.gates, baseline, candidates, plan, items_now, gate)
     spent = plan.alpha if plan.is_fixed else float(spending(len(looks) / plan.looks, plan.alpha, plan.gamma))
     ledger.record(wd.runs, baseline, candidates, plan.suites, instance, spent, "fixed" if plan.is_fixed else "budgeted",
@@ -67,10 +69,10 @@ def _instance(wd: Workdir, baseline: str, candidates: list[str], plan: Plan):
     from qverify.models import content_hash
     from qverify.workdir import sequence_path
 
-    if plan.is_fixed:
-        base = {s: fingerprint(wd.runs, baseline, s) for s in plan.suites}
-        return lambda c, s: "fixed-" + content_hash({"baseline": baseline, "suite": s, "runs": [base[s],
-                                                                                             fingerprint(wd.runs, c, s)]}, 12)
+    if plan.is_fixed:  # read when asked: a fixed look that evaluates first (`--recipe --fixed`) records its runs as
+        # they are after the evaluation, which a rerun on the same runs then finds
+        return lambda c, s: "fixed-" + content_hash({"baseline": baseline, "suite": s, "runs": [
+            fingerprint(wd.runs, baseline, s), fingerprint(wd.runs, c, s)]}, 12)
     seq = sequence_id(baseline, candidates, plan)
     seen = list(dict.fromkeys(e["instance"] for c in candidates for s in plan.suites
                               for e in ledger.entries(wd.runs, baseline, c, s) if e["instance"].startswith(seq + "/")))
