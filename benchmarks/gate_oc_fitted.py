@@ -26,14 +26,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gate_oc_sequence import _bystanders, default_rounds  # noqa: E402
-from oc_models import ALPHA, KLD_SELF, TOL  # noqa: E402
+from gate_oc_sequence import _bystanders, default_rounds
+from oc_models import ALPHA, KLD_SELF, TOL
 
-from qverify.gate.boundaries import LookLevels  # noqa: E402
-from qverify.gate.budget import make_plan, run_sequence  # noqa: E402
-from qverify.gate.decide import result  # noqa: E402
-from qverify.gate.rule import Evidence, build_verdict, decide  # noqa: E402
-from qverify.models import CandidateReport, GateReport  # noqa: E402
+from qverify.gate.boundaries import LookLevels
+from qverify.gate.budget import make_plan, run_sequence
+from qverify.gate.decide import result
+from qverify.gate.rule import Evidence, build_verdict, decide
+from qverify.models import CandidateReport, GateReport
 
 FIT = {"toolcall": (0.119, 0.104), "verifier": (0.068, 0.158), "longctx": (0.212, 0.014)}  # (Var(p), E[p(1-p)])
 SUPPLY = {"coding": 200}

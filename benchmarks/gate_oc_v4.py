@@ -28,15 +28,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/synth.py holds the error item model
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oc_models import ALPHA, TOL  # noqa: E402
+from oc_models import ALPHA, TOL
 
-from qverify.gate.boundaries import SPEND_GAMMA, nominal_levels, spending  # noqa: E402
-from qverify.gate.bounds import paired_bounds, share_bounds  # noqa: E402
-from qverify.gate.gate import gate_candidate  # noqa: E402
-from qverify.gate.loader import RunData  # noqa: E402
-from qverify.models import RunManifest, Sampling, ServingProfile, content_hash  # noqa: E402
-from qverify.suites.kld import BROKEN_SHARE  # noqa: E402
-from tests.synth import item_ids, lost_items_with_errors  # noqa: E402
+from qverify.gate.boundaries import SPEND_GAMMA, nominal_levels, spending
+from qverify.gate.bounds import paired_bounds, share_bounds
+from qverify.gate.gate import gate_candidate
+from qverify.gate.loader import RunData
+from qverify.models import RunManifest, Sampling, ServingProfile, content_hash
+from qverify.suites.kld import BROKEN_SHARE
+from tests.synth import item_ids, lost_items_with_errors
 
 OUT = Path(__file__).resolve().parent / "results" / "gate_oc_v4.txt"
 
