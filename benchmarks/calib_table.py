@@ -24,7 +24,7 @@ def wilson(k: int, n: int) -> str:
 
 def predicted(delta: float, n: int, k: int, coupling: float, trials: int = 4000) -> tuple[float, float]:
     """gate_oc.py's simulated P(PASS), P(FAIL) of one metric at this Delta (its 'noisy' T=0.6 model)."""
-    from gate_oc import Point, fixed
+    from oc_models import Point, fixed
 
     r = fixed(Point(delta=min(delta, 0.0), n=n, k=k, coupling=coupling), trials, np.random.default_rng(0))
     return r["PASS"], r["FAIL"]

@@ -34,6 +34,7 @@ from qverify.gate.loader import RunData
 from qverify.models import GateReport, RunManifest, Sampling, ServingProfile, content_hash
 
 K, FIRST, ROUNDS, TOL = 3, 100, 4, 0.03
+KMAX = 8 * K
 KEYS = {"coding": "pass@1", "longctx": "accuracy"}
 DECLARED = {"coding/pass@1", "longctx/accuracy"}
 NMAX = FIRST * ROUNDS
@@ -50,8 +51,10 @@ def run_data(build: str, suite: str, outcomes: np.ndarray, errors: np.ndarray, n
     x = np.where(errors[:n], np.nan, outcomes[:n])
     m = RunManifest(build_id=build, suite=suite, suite_version="1", item_set_hash=content_hash(ids), n_items=n,
                     replicates=K, sampling=Sampling(), serving=ServingProfile(), complete=True)
-    return RunData(build, suite, m, ids, list(range(K)), {KEYS[suite]: x}, n_results=n * K,
-                   n_errors=int(errors[:n].sum()))
+    k = outcomes.shape[1]
+    m.replicates = k
+    return RunData(build, suite, m, ids, list(range(k)), {KEYS[suite]: x}, n_results=n * k,
+                   n_errors=int(errors[:n].sum()), errored=errors[:n])
 
 
 class Trial:
@@ -63,36 +66,39 @@ class Trial:
         pc = coding_probs(rng)
         worse = pc.copy()
         worse[(pc == 1.0) & (rng.random(NMAX) < -delta / 0.6)] = 0.0  # E[Delta] = delta (0.6: always-right share)
-        u = rng.random((NMAX, K))
-        uc = np.where(rng.random((NMAX, K)) < 0.5, u, rng.random((NMAX, K)))  # coupling 0.5: half the seeds shared
-        stable = np.repeat((rng.random(NMAX) < 0.7).astype(float)[:, None], K, axis=1)
+        u = rng.random((NMAX, KMAX))  # KMAX replicates: an exhausted source's rounds add replicates (budget.py)
+        uc = np.where(rng.random((NMAX, KMAX)) < 0.5, u, rng.random((NMAX, KMAX)))  # coupling 0.5: half the seeds shared
+        stable = np.repeat((rng.random(NMAX) < 0.7).astype(float)[:, None], KMAX, axis=1)
         self.outcomes = {"base": {"coding": (u < pc[:, None]).astype(float), "longctx": stable},
                          "cand": {"coding": (uc < worse[:, None]).astype(float), "longctx": stable}}
-        none = np.zeros((NMAX, K), bool)
-        err = rng.random((NMAX, K)) < error_rate
+        none = np.zeros((NMAX, KMAX), bool)
+        err = rng.random((NMAX, KMAX)) < error_rate
         if error_items is not None:  # errors only in the first round's items (an outage during round 1)
             err[error_items:] = False
         self.errors = {"base": {"coding": none, "longctx": none}, "cand": {"coding": err, "longctx": none}}
-        self.available, self.have = available, {}
+        self.available, self.have, self.reps = available, {}, {}
 
-    def evaluate(self, builds: list[str], want: dict[str, int]) -> list[dict[str, int]]:
+    def evaluate(self, builds: list[str], want: dict[str, int], more: dict[str, int] | None = None
+                 ) -> list[dict[str, int]]:
         got = {s: min(n, self.available.get(s, NMAX)) for s, n in want.items()}
         self.have.update(got)
+        self.reps.update({s: (more or {}).get(s, K) for s in want})
         return [dict(got) for _ in builds]
 
     def gate(self, open_suites: list[str], look: LookLevels) -> GateReport:
         """run_gate's per-candidate steps on in-memory runs (no build-dir checks: the builds are not on disk)."""
-        runs = {b: {s: run_data(b, s, self.outcomes[b][s], self.errors[b][s], self.have[s]) for s in open_suites}
-                for b in ("base", "cand")}
-        problems, ok = [], []
+        runs = {b: {s: run_data(b, s, self.outcomes[b][s][:, :self.reps[s]], self.errors[b][s][:, :self.reps[s]],
+                                self.have[s]) for s in open_suites} for b in ("base", "cand")}
+        refused, ok = {}, []
         for s in open_suites:
             bad = run_problems(runs["base"][s], ERROR_BUDGET) + run_problems(runs["cand"][s], ERROR_BUDGET)
             bad += pair_problems(runs["base"][s], runs["cand"][s]) if not bad else []
-            problems += bad
-            if not bad:
+            if bad:
+                refused[s] = bad
+            else:
                 ok.append(s)
         c = gate_candidate("cand", "cand", {s: runs["base"][s] for s in ok}, {s: runs["cand"][s] for s in ok}, {},
-                           integrity=problems, look=look)
+                           refused=refused, look=look)
         gid = content_hash({"look": look.look, "n": self.have, "suites": open_suites}, 12)
         return GateReport(gate_id=gid, baseline="base", baseline_recipe="base", verdict=c.verdict, candidates=[c],
                           config={})

@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the heavy-tailed KL item model
 
 import numpy as np
-from gate_oc import GATE_SUITES, TOL, Point, design_levels, fixed, whole_gate
+from oc_models import GATE_SUITES, TOL, Point, design_levels, fixed, whole_gate
 
 from qverify.gate.boundaries import SPEND_GAMMA
 from qverify.suites.kld import KLD_CAP

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from gate_oc import ALPHA, GATE_SUITES, TOL, Point, paired_d
+from oc_models import ALPHA, GATE_SUITES, TOL, Point, paired_d
 
 from qverify.gate.boundaries import LookLevels
 from qverify.gate.budget import make_plan, run_sequence
@@ -64,9 +64,9 @@ def one_gate(state: dict[str, float], rounds: int, rng: np.random.Generator, roo
         evs = [Evidence(f"{s}/m", "higher", TOL, data[s][0][:have[s]], bounded=data[s][1]) for s in open_suites]
         evs += _bystanders() if look.look == 1 else []
         ds = decide(evs, look.pass_level, None, fail_level=look.fail_level, family=look.family.get("cand"))
-        verdict, reasons = build_verdict(ds, [])
-        cand = CandidateReport(build_id="cand", recipe="sim", verdict=verdict, reasons=reasons,
-                               metrics=[result(x, look.pass_level) for x in ds])
+        metrics = [result(x, look.pass_level) for x in ds]
+        verdict, reasons = build_verdict(metrics, {})
+        cand = CandidateReport(build_id="cand", recipe="sim", verdict=verdict, reasons=reasons, metrics=metrics)
         return GateReport(gate_id=f"look{look.look}", baseline="base", verdict=verdict, candidates=[cand])
 
     report, looks = run_sequence(root, "base", ["cand"], plan, evaluate, gate)

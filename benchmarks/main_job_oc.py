@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gate_oc import ALPHA, GATE_SUITES, design_levels, whole_gate  # noqa: E402  (one model, one definition)
+from oc_models import ALPHA, GATE_SUITES, design_levels, whole_gate  # noqa: E402  (one model, one definition)
 
 from qverify.gate.boundaries import SPEND_GAMMA  # noqa: E402
 

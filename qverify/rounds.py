@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qverify.config import QVerifyConfig
-from qverify.errors import BadInput
-from qverify.gate.boundaries import LookLevels
+from qverify.gate import ledger
+from qverify.gate.boundaries import LookLevels, spending
 from qverify.gate.budget import Look, Plan, make_plan, run_sequence
 from qverify.models import GateReport
 from qverify.workdir import Workdir
@@ -116,26 +116,48 @@ def gate_builds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list
                          budget, cfg.looks, extra_builds={"greedy": len(twins)} if twins else None,
                          seed_salt=cfg.seed_salt)
 
-    def items_now(builds: list[str], want: dict[str, int]) -> list[dict[str, int]]:
+    def items_now(builds: list[str], want: dict[str, int], reps: dict[str, int] | None = None) -> list[dict[str, int]]:
         if evaluate is not None:
-            evaluate(builds + twins, want)
+            evaluate(builds + twins, want, reps or {})
+            if plan.is_fixed:  # the look sees the runs as evaluated now: their ledger decides its alpha again
+                plan.alpha = ledger.remaining(wd.runs, baseline, candidates, plan.suites, instance, full_alpha)
         ms = [{s: RunStore(wd.run_dir(b, s)).read_manifest() for s in want} for b in builds]
         return [{s: m.n_items if m is not None else 0 for s, m in got.items()} for got in ms]
 
     def gate(open_suites: list[str], look: LookLevels) -> GateReport:
         return run_gate(wd, baseline, candidates, open_suites, cfg, write=False, look=look)
 
+    instance, full_alpha = _instance(wd, baseline, candidates, plan), plan.alpha
+    plan.alpha = ledger.remaining(wd.runs, baseline, candidates, plan.suites, instance, full_alpha)
     report, looks = run_sequence(wd.gates, baseline, candidates, plan, items_now, gate)
-    if plan.is_fixed:
-        from qverify.gate.looks import earlier_looks
-
-        again = earlier_looks(wd, report)
-        if again:
-            raise BadInput(f"a second look at full alpha is optional stopping: {again[0]}",
-                           fix="gate grown runs with the budgeted gate (`qverify gate --budget REQUESTS`), whose looks "
-                               "have sequential levels")
+    spent = plan.alpha if plan.is_fixed else float(spending(len(looks) / plan.looks, plan.alpha, plan.gamma))
+    ledger.record(wd.runs, baseline, candidates, plan.suites, instance, spent, "fixed" if plan.is_fixed else "budgeted",
+                  report.gate_id, len(looks), dict(looks[-1].items) if looks else {})
     write_report(wd, report)
     return report, looks, plan
+
+
+def _instance(wd: Workdir, baseline: str, candidates: list[str], plan: Plan):
+    """Which gate this is in the runs' ledger (qverify.gate.ledger), per (candidate, suite): a fixed gate is the
+    suite's runs' content (re-gating unchanged runs is the same gate); a budgeted one its sequence, resumed while
+    gates/ holds its looks, else new."""
+    import json
+
+    from qverify.gate.budget import sequence_id
+    from qverify.gate.loader import fingerprint
+    from qverify.models import content_hash
+    from qverify.workdir import sequence_path
+
+    if plan.is_fixed:  # read when asked: a fixed look that evaluates first (`--recipe --fixed`) records its runs as
+        # they are after the evaluation, which a rerun on the same runs then finds
+        return lambda c, s: "fixed-" + content_hash({"baseline": baseline, "suite": s, "runs": [
+            fingerprint(wd.runs, baseline, s), fingerprint(wd.runs, c, s)]}, 12)
+    seq = sequence_id(baseline, candidates, plan)
+    seen = list(dict.fromkeys(e["instance"] for c in candidates for s in plan.suites
+                              for e in ledger.entries(wd.runs, baseline, c, s) if e["instance"].startswith(seq + "/")))
+    state = sequence_path(wd.gates, seq)
+    resumed = state.exists() and json.loads(state.read_text() or "{}")
+    return seen[-1] if resumed and seen else f"{seq}/{len(seen)}"
 
 
 def _evaluator(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], suites: list[str],
@@ -148,12 +170,14 @@ def _evaluator(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[
     twins = ensure_twins(wd, baseline, candidates, trust_remote_code=cfg.trust_remote_code) if "greedy" in suites else []
     serving = serving_profile(cfg.serving)
 
-    def evaluate(builds: list[str], want: dict[str, int]) -> None:
-        for n in sorted(set(want.values())):  # one server session per build and distinct item count
-            group = [s for s, m in want.items() if m == n]
+    def evaluate(builds: list[str], want: dict[str, int], reps: dict[str, int]) -> None:
+        # one server session per build and distinct (items, replicates): a suite whose finite source ran out grows
+        # its replicates instead of its items (qverify.gate.budget)
+        for n, r in sorted({(m, reps.get(s)) for s, m in want.items()}, key=lambda x: (x[0], x[1] or 0)):
+            group = [s for s, m in want.items() if m == n and reps.get(s) == r]
             # 0: a fixed plan's look (Plan.fixed), evaluated to the config's limit as `qverify eval` does
             spec = (EvalSpec.from_config(cfg, suites=group, serving=serving) if n == 0 else
-                    EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving))
+                    EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving, replicates=r))
             evaluate_builds(wd, builds, spec, show_progress=show_progress, warn=warn,
                             suites_by_build={t: ["greedy"] for t in twins})
 

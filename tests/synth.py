@@ -150,3 +150,31 @@ def kl_bounds(family: str, shape: float, excess: float, n: int, trials: int, rng
     cand = np.minimum(kl_draw(family, shape, m, (trials, n), rng), KLD_CAP)
     ev = Evidence("kld/kld", "lower", KL_TOL, cand - own, bounded=True, scale=KLD_CAP, always_exact=exact)
     return measure(ev, 0.05), m
+
+
+# Issue 35.1: a candidate that loses items outright, its errored requests falling on the items it loses.
+NOISY = (0.60, 0.15)  # benchmarks/gate_oc.py's "noisy" model: always right, always wrong; the rest p ~ U(0.15, 0.85)
+
+
+def lost_items_with_errors(rng: np.random.Generator, n: int = 300, k: int = 3, delta: float = -0.03,
+                           error_share: float = 0.019, coupling: float = 0.5, where: str = "lost"
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(baseline, candidate, candidate errors), n x k each: a toolcall-like suite (NOISY) whose candidate loses a
+    share of its items outright (p -> 0) for a population Δ of `delta`; floor(error_share n k) of the candidate's
+    requests error, on the lost items ("lost", item by item), at random ("random"), or none ("none")."""
+    r, w = NOISY
+    u = rng.random(n)
+    p = np.where(u < r, 1.0, np.where(u < r + w, 0.0, 0.15 + 0.7 * rng.random(n)))
+    lost = rng.random(n) < -delta / (r + (1 - r - w) * 0.5)
+    q = np.where(lost, 0.0, p)
+    ub = rng.random((n, k))
+    uc = np.where(rng.random((n, k)) < coupling, ub, rng.random((n, k)))
+    b, c = (ub < p[:, None]).astype(float), (uc < q[:, None]).astype(float)
+    m = int(error_share * n * k)
+    err = np.zeros((n, k), bool)
+    if where == "lost":
+        cells = np.flatnonzero(np.repeat(lost & (p > 0), k))[:m]  # the lost items the baseline gets right
+        err.flat[cells] = True
+    elif where == "random":
+        err.flat[rng.choice(n * k, m, replace=False)] = True
+    return b, c, err

@@ -107,7 +107,9 @@ def test_gate_recipe_and_its_rounds_compose_the_twin_and_evaluate_it_on_greedy_a
     assert not wd.run_dir(twins[0], "toolcall").exists()  # the twin serves greedy/match only
     assert run_gate(wd, base, [cand], ["greedy"], cfg, write=False).candidates[0].compared_with == \
         {"greedy/match": twins[0]}
-    # two rounds of 4 items x 1 replicate on 3 builds (baseline, candidate, twin): 24 requests
+    # two rounds of 4 items x 1 replicate on 3 builds (baseline, candidate, twin): 24 requests. The fixed gate above
+    # spent the pair's alpha (qverify.gate.ledger); this test is about the twin, so it starts the ledger afresh
+    (wd.runs / cand / "gate-looks.jsonl").unlink()
     report, looks, _ = gate_builds(wd, cfg, base, [cand], ["greedy"], "24", show_progress=False)
     runs(8)
     assert len(looks) == 2 and looks[-1].requests == 24
@@ -148,6 +150,8 @@ def test_gate_attaches_to_the_configs_endpoint_as_eval_does(tiny_model_dir, tmp_
         report = json.loads(r.stdout)
         base, cand = report["baseline"], report["candidates"][0]["build_id"]
         assert served_by_endpoint(base, 4) and served_by_endpoint(cand, 4)
+        # the fixed gate spent the pair's alpha (qverify.gate.ledger); this test is about the endpoint: start afresh
+        (wd.runs / cand / "gate-looks.jsonl").unlink()
         r = qv("gate", "--baseline", base, "--candidate", cand, "--budget", "16")  # two rounds of 4 items on 2 builds
         assert r.returncode != 4 and "applies to the endpoint backend" not in r.stderr, r.stderr[-2000:]
         assert served_by_endpoint(base, 8) and served_by_endpoint(cand, 8)

@@ -9,7 +9,9 @@ boundaries  group-sequential levels of planned looks: alpha spending on the look
 plan_size   the default request budget, sized from the suites' tolerances (pure)
 budget      looks in rounds (a fixed gate: one look), resume (sequence.json); qverify/rounds.py runs it
 pairwise    flips, McNemar, K2VV trigger-F1 floor, KL matrices, output signatures (pure)
-looks       a fixed gate on grown runs is a second look: refused (optional stopping)
+looks       which reports were budgeted
+ledger      every gate of a pair is a look of one sequence: alpha left after the earlier ones (runs/<cand>/gate-looks.jsonl)
+errored     errored requests at their worst for PASS, their best for FAIL
 reference   greedy/match's reference, found by content (twins)
 integrity   refusals: incomplete runs, mismatched items/versions/sampling, build ids
 loader / assemble   runs -> per-metric paired evidence

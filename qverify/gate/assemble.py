@@ -11,6 +11,7 @@ import numpy as np
 
 from qverify.config import MetricRule
 from qverify.gate import design as dz
+from qverify.gate import errored as er
 from qverify.gate import pairwise as pw
 from qverify.gate.loader import RunData
 from qverify.gate.metrics import MetricSpec, apply_rules, expand, specs_for_suite
@@ -90,9 +91,15 @@ def _rep_means(x: np.ndarray) -> list[float]:
 
 def _mean(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> Evidence:
     b, c = base.matrix(s.key, items), cand.matrix(s.key, items)
+    gate_on = [r.matrix(s.zero_unless, items) for r in (base, cand)] if s.zero_unless else []
+    if gate_on and any(np.nansum(g) > 0 for g in gate_on):  # not scored because the answer did not do what the score
+        # is about: counts as 0 (no such answer on either side leaves the metric undefined, refused below)
+        b, c = (np.where(np.isnan(x) & (g == 0), 0.0, x) for x, g in zip((b, c), gate_on))
     missing = [side for side, x in (("baseline", b), ("candidate", c)) if np.isnan(x).all()]
     if missing:
         return _refused(s, f"{s.name} has no value on the {' and '.join(missing)} side: the metric is undefined there")
+    unit = dz.is_unit(b, c)
+    filled = er.fill(b, c, base.error_rows(items), cand.error_rows(items), *_worst_best(s, 1.0)) if unit else None
     d, rows = dz.mean_diffs(b, c)
     b, c = b[rows], c[rows]
     binary = dz.is_binary(b, c)
@@ -102,8 +109,21 @@ def _mean(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> Evid
         fl = pw.flips(b, c) if s.direction == "higher" else pw.flips(1 - b, 1 - c)
         details["flips"] = fl
         details["mcnemar_p"] = pw.mcnemar_p(int(fl["regressed"]), int(fl["improved"]))
-    return Evidence(s.name, s.direction, s.tolerance, d, s.gated, bounded=dz.is_unit(b, c),
-                    noise_sd=dz.run_noise_sd(b), details=details)
+    return _with_errors(Evidence(s.name, s.direction, s.tolerance, d, s.gated, bounded=unit,
+                                 noise_sd=dz.run_noise_sd(b), details=details), filled)
+
+
+def _worst_best(s: MetricSpec, top: float) -> tuple[float, float]:
+    """A per-request value's worst and best for the metric, on [0, top]."""
+    return (0.0, top) if s.direction == "higher" else (top, 0.0)
+
+
+def _with_errors(ev: Evidence, filled: er.Filled | None) -> Evidence:
+    """ev with its errored requests in the bounds (qverify.gate.errored): d at the candidate's worst and best."""
+    if filled is not None:
+        ev.d_pass, ev.d_fail = dz.mean_diffs(*filled.for_pass)[0], dz.mean_diffs(*filled.for_fail)[0]
+        ev.details["errored_requests"] = {"baseline": filled.baseline, "candidate": filled.candidate}
+    return ev
 
 
 def _trigger(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> Evidence:
@@ -116,12 +136,19 @@ def _trigger(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> E
     d, fb, fc = dz.trigger_f1_diffs(b, c)
     if np.isnan(d).any():
         return _refused(s, "trigger-F1 is undefined for some pair of runs or with an item left out (too few tool calls)")
+    filled = er.fill_f1(b, c, base.error_rows(items), cand.error_rows(items))
     floor = pw.f1_floor(b, s.floor_margin) if s.floor_margin is not None else None
     details = {"baseline_mean": fb, "candidate_mean": fc, "baseline_spread": pw.f1_between(b),
                "candidate_spread": [pw.trigger_f1(b[:, k], c[:, j]) for k, j in dz.cross_pairs(b.shape[1], c.shape[1])],
                "replicates": [b.shape[1], c.shape[1]], "k2vv_floor": floor,
                "pairs": "baseline: pairs of its runs; candidate: (baseline k, candidate j != k): no same-seed pair"}
-    return Evidence(s.name, s.direction, s.tolerance, d, s.gated, details=details)
+    ev = _with_errors(Evidence(s.name, s.direction, s.tolerance, d, s.gated, details=details), None)
+    if filled is not None:  # F1 is a ratio: the filled runs give their own jackknife differences
+        dp, df = dz.trigger_f1_diffs(*filled.for_pass)[0], dz.trigger_f1_diffs(*filled.for_fail)[0]
+        if not (np.isnan(dp).any() or np.isnan(df).any()):
+            ev.d_pass, ev.d_fail = dp, df
+            ev.details["errored_requests"] = {"baseline": filled.baseline, "candidate": filled.candidate}
+    return ev
 
 
 def _match_against(s: MetricSpec, ref: MatchReference, cand: RunData) -> Evidence:
@@ -142,7 +169,7 @@ def _match(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> Evi
     (the reference: the baseline, or the candidate's twin, qverify.gate.reference)."""
     bo, co = base.output_rows(items), cand.output_rows(items)
     kb, kc = len(base.replicates), len(cand.replicates)
-    same = lambda x, y: np.nan if x is None or y is None else float(x == y)  # noqa: E731
+    same = lambda x, y: np.nan if x is None or y is None else float(x == y)
     n = len(items)
     cm = np.array([[same(bo[i][k], co[i][j]) for k, j in dz.cross_pairs(kb, kc)] for i in range(n)]).reshape(n, -1)
     pairs = dz.base_pairs(kb, ordered=False)
@@ -150,14 +177,18 @@ def _match(s: MetricSpec, base: RunData, cand: RunData, items: list[str]) -> Evi
     note = "reference: pairs of its runs; candidate: (reference k, candidate j != k)"
     if not pairs:  # one baseline run: assume the stack reproduces itself (the conservative choice)
         bm, note = np.where(np.isnan(cm[:, :1]), np.nan, 1.0), note + "; one reference run: its self-identity taken as 1"
+    eb, ec = base.error_rows(items), cand.error_rows(items)
+    ebp = er.pair_errors(eb, eb, pairs) if pairs else np.zeros(bm.shape, bool)
+    filled = er.fill_pairs(bm, cm, ebp, er.pair_errors(eb, ec, dz.cross_pairs(kb, kc)), *_worst_best(s, 1.0))
     d, rows = dz.mean_diffs(bm, cm)
-    return Evidence(s.name, s.direction, s.tolerance, d, s.gated, bounded=True,
-                    details={**_summary(bm[rows], cm[rows]), "pairs": note})
+    return _with_errors(Evidence(s.name, s.direction, s.tolerance, d, s.gated, bounded=True,
+                                 details={**_summary(bm[rows], cm[rows]), "pairs": note}), filled)
 
 
 def _kld(specs: list[MetricSpec], base: RunData, cand: RunData, items: list[str]) -> list[Evidence]:
     kb, kc = len(base.replicates), len(cand.replicates)
     mats = pw.kld_matrices(base.logprob_rows(items), cand.logprob_rows(items), [s.key for s in specs])
+    eb, ec = base.error_rows(items), cand.error_rows(items)
     keep = [j * kb + k for k, j in dz.cross_pairs(kb, kc)]  # kld_matrices' candidate columns are j-major
     out = []
     for s in specs:
@@ -172,19 +203,49 @@ def _kld(specs: list[MetricSpec], base: RunData, cand: RunData, items: list[str]
             side = "baseline" if np.isnan(b).all() else "candidate"
             out.append(_refused(s, f"{s.name}: no item has logprobs in the {side}'s runs"))
             continue
-        scale, exact = 1.0, False
+        if s.broken is not None:
+            out.append(_broken(s, b, c, er.pair_errors(eb, ec, dz.cross_pairs(kb, kc)), items))
+            continue
+        scale, exact, filled = 1.0, False, None
         if s.cap is not None:  # capped: d_i in [-cap, cap], the exact betting bound decides (heavy tails)
             b, c, scale, exact = np.minimum(b, s.cap), np.minimum(c, s.cap), s.cap, True
         elif s.above is not None:  # the share of pairs beyond `above`, per item: a rate
             b, c = np.where(np.isnan(b), np.nan, b > s.above), np.where(np.isnan(c), np.nan, c > s.above)
+        if s.cap is not None or s.above is not None:  # bounded per pair: errored requests at their worst / best
+            filled = er.fill_pairs(b, c, er.pair_errors(eb, eb, dz.base_pairs(kb, ordered=True)),
+                                   er.pair_errors(eb, ec, dz.cross_pairs(kb, kc)), *_worst_best(s, scale))
         d, rows = dz.mean_diffs(b, c)
         bounded = s.cap is not None or (dz.is_unit(b, c) and (s.key != "kld" or s.above is not None))
         own = float(np.nanmean(b[rows])) if rows.any() else 0.0
         warn = {} if s.key != "kld" or s.above is not None or own < SELF_KL_WARN * s.tolerance else {
             "warning": f"the baseline's own run-to-run {s.key} is {own:.3g}, {own / s.tolerance:.0%} of the tolerance: "
                        f"the excess credits a candidate quieter than the baseline with up to half of it"}
-        out.append(Evidence(s.name, s.direction, s.tolerance, d, s.gated, bounded=bounded, scale=scale, always_exact=exact,
-                            details={**_summary(b[rows], c[rows]), "baseline_self": own, **warn,
-                                     "pairs": "baseline: ordered pairs of its runs; candidate: (baseline k, "
-                                              "candidate j != k)"}))
+        out.append(_with_errors(Evidence(
+            s.name, s.direction, s.tolerance, d, s.gated, bounded=bounded, scale=scale, always_exact=exact,
+            details={**_summary(b[rows], c[rows]), "baseline_self": own, **warn,
+                     "pairs": "baseline: ordered pairs of its runs; candidate: (baseline k, candidate j != k)"}), filled))
     return out
+
+
+def _broken(s: MetricSpec, b: np.ndarray, c: np.ndarray, ec: np.ndarray, items: list[str]) -> Evidence:
+    """kld/broken: item i is broken when its KL to the baseline (mean over the candidate's pairs, uncapped) exceeds
+    s.broken and every one of the baseline's own pairs on the item; the share of broken items is bounded exactly
+    (qverify.gate.bounds.share_bounds). An item with an errored candidate request counts as broken for PASS and as
+    what its answered pairs show for FAIL (qverify.gate.errored)."""
+    with np.errstate(all="ignore"):
+        kl = dz.item_means(c)
+        own = np.where(np.isnan(b).all(axis=1), 0.0, np.nan_to_num(np.nanmax(np.where(np.isnan(b), -np.inf, b), axis=1)))
+    hit = ~np.isnan(kl) & (kl > np.maximum(s.broken, own))
+    err = (ec & np.isnan(c)).any(axis=1)
+    seen, scored = ~np.isnan(kl), ~np.isnan(kl) | err
+    ev = Evidence(s.name, s.direction, s.tolerance, hit[seen].astype(float), s.gated, bounded=True, share=True,
+                  details={"baseline_mean": float(np.mean(own[seen] > s.broken)) if seen.any() else 0.0,
+                           "candidate_mean": float(hit[seen].mean()) if seen.any() else 0.0,
+                           "baseline_spread": [], "candidate_spread": [], "replicates": [b.shape[1], c.shape[1]],
+                           "broken_items": [items[i] for i in np.flatnonzero(hit)][:20],
+                           "pairs": f"item broken: its mean KL over (baseline k, candidate j != k) above {s.broken} "
+                                    f"and above every pair of the baseline's own runs"})
+    if err[scored].any():
+        ev.d_pass, ev.d_fail = (hit | err)[scored].astype(float), hit[scored].astype(float)
+        ev.details["errored_requests"] = {"baseline": 0, "candidate": int((ec & np.isnan(c)).sum())}
+    return ev

@@ -55,6 +55,8 @@ class Bounds:
     exact: np.ndarray  # bool: the exact (betting) bound decided, not the t bound
     n: int
     df: np.ndarray | float = np.inf  # the t bound's degrees of freedom (Satterthwaite, _hall)
+    error_cost: tuple[float, float] | None = None  # errored requests at their worst / best (qverify.gate.errored):
+    # how far they moved the lower bound down and the upper bound up, against the bounds on the answered requests
 
 
 def tilted_skewness(d: np.ndarray, mu0: float, iters: int = 12) -> np.ndarray:
@@ -190,3 +192,20 @@ def paired_bounds(d: np.ndarray, tol: float, alpha: float = ALPHA, bounded: bool
             lo, hi, p_pass, p_fail = (np.array(x, float, copy=True) for x in (lo, hi, p_pass, p_fail))
             lo[exact], hi[exact], p_pass[exact], p_fail[exact] = elo, ehi, epp, epf
     return Bounds(mean, se, lo, hi, p_pass, p_fail, exact, n, h[4])
+
+
+def share_bounds(d: np.ndarray, tol: float, alpha: float = ALPHA) -> Bounds:
+    """Exact one-sided bounds for a share of items, d_i = -1 where item i is hit (oriented: higher is better), else 0:
+    Clopper-Pearson on the count k of n, and the binomial p-values at the margin (the share = tol), so that
+    L > -tol iff p_pass < alpha. For kld/broken (prompts broken outright): a rare event whose count is near 0, where
+    no normal approximation holds and the betting bound is a little wider than Clopper-Pearson (0 of n bounds the
+    share at 1 - alpha^(1/n), about ln(1/alpha) / n)."""
+    d = np.asarray(d, float)
+    n = d.shape[-1]
+    k = (d < 0).sum(axis=-1)
+    hi_share = np.where(k >= n, 1.0, sps.beta.ppf(1 - alpha, k + 1, np.maximum(n - k, 1)))
+    lo_share = np.where(k <= 0, 0.0, sps.beta.ppf(alpha, np.maximum(k, 1), n - k + 1))
+    share = k / max(n, 1)
+    se = np.sqrt(share * (1 - share) / max(n, 1))
+    return Bounds(-share, se, -hi_share, -lo_share, sps.binom.cdf(k, n, tol), sps.binom.sf(k - 1, n, tol),
+                  np.ones(np.shape(k), bool), n)

@@ -2,8 +2,9 @@
 
 Round j evaluates the first n_j = j * n_1 held-out items of every suite some metric of some
 candidate has not decided yet (the generators extend, never reshuffle: round j's items are
-round j-1's plus new ones; a finite source, real or coding's synthetic one, stops growing and the
-report says it is exhausted). After the round the gate looks at those
+round j-1's plus new ones; a finite source, real or coding's synthetic one, stops growing, the
+report says it is exhausted, and its later rounds add `replicates` more replicates of the same items
+instead while its metrics are undecided). After the round the gate looks at those
 suites with its rule at the look's group-sequential levels (qverify.gate.boundaries): each
 metric's PASS test and FAIL test has a boundary from an alpha-spending function over the
 planned information fractions t_j = j / J, solved with the looks' joint law, so the chance of
@@ -15,8 +16,9 @@ J, the planned looks, is fixed before the first round (a request budget buys J r
 a time budget plans `looks` (qverify.toml, default
 MAX_LOOKS) and stops early when the next round would not fit, leaving
 its alpha unspent). A finite source that runs out at look j is looked at with fewer items
-than planned: its look statistics are then more correlated than planned, which by Slepian's
-inequality only lowers the chance of crossing (conservative). The plan and every look are kept
+than planned, and its rounds of more replicates add less information than a round of new items: its look
+statistics are then more correlated than planned, which by Slepian's inequality only lowers the chance of
+crossing (conservative). The plan and every look are kept
 in gates/seq-<id>/sequence.json, so rerunning the same command resumes the sequence where it
 stopped.
 
@@ -41,7 +43,9 @@ from qverify.models import CandidateReport, GateReport, MetricResult, content_ha
 from qverify.workdir import sequence_path
 
 MAX_LOOKS = 8
-EvalFn = Callable[[list[str], dict[str, int]], list[dict[str, int]]]  # (build ids, {suite: items}) -> per build, items its runs now have
+# (build ids, {suite: items}[, {suite: replicates}]) -> per build, items its runs now have; the third argument only
+# where a suite's finite source ran out and its rounds add replicates (absent: the plan's replicates everywhere)
+EvalFn = Callable[..., list[dict[str, int]]]
 
 
 @dataclass
@@ -60,6 +64,18 @@ class Plan:
 
     def requests_for(self, new_items: dict[str, int], n_builds: int) -> int:
         return sum(n * self.replicates * (n_builds + self.extra_builds.get(s, 0)) for s, n in new_items.items())
+
+    def round_requests(self, had: dict[str, int], items: dict[str, int], reps_had: dict[str, int],
+                       reps: dict[str, int], n_builds: int) -> int:
+        """A round's requests: its new items at the suite's replicates, plus the replicates it added to the items
+        the runs already had (a suite whose finite source ran out)."""
+        total = 0
+        for s, n in items.items():
+            old = min(had.get(s, 0), n)
+            per_build = (n - old) * reps.get(s, self.replicates) + old * (reps.get(s, self.replicates)
+                                                                          - reps_had.get(s, self.replicates))
+            total += per_build * (n_builds + self.extra_builds.get(s, 0))
+        return total
 
     def items_at(self, suite: str, look: int) -> int:
         return self.first[suite] * look
@@ -107,6 +123,8 @@ class Look:
     fail_level: float | None = None  # the first FAIL step's nominal level (family of every gated metric)
     metrics: dict[str, dict[str, dict]] = field(default_factory=dict)  # candidate -> metric -> summary
     exhausted: list[str] = field(default_factory=list)  # suites whose finite source had no more items
+    replicates: dict[str, int] = field(default_factory=dict)  # suite -> replicates per item at this look, where a
+    # finite source ran out and rounds add replicates of the same items instead (absent: the plan's)
     refused: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # candidate -> suite -> why the gate
     # refused that suite's runs at this look (no metric rows: errors over budget, runs not comparable)
 
@@ -168,31 +186,50 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
     for lk in looks:
         state.record(lk)
     exhausted: set[str] = set(looks[-1].exhausted) if looks else set()
+    have: dict[str, int] = {}  # suite -> items at its latest look
+    reps = {s: plan.replicates for s in plan.suites}  # suite -> replicates per item (grown past an exhausted source)
+    for lk in looks:
+        have.update(lk.items)
+        reps.update(lk.replicates)
     levels = plan.levels()
-    # the FAIL family of each candidate: its gated metrics at look 1, when every suite is open
-    family = {c: len(ms) for c, ms in looks[0].metrics.items()} if looks else {}
+    # the FAIL family of each candidate: its gated metrics at look 1, when every suite is open, and the declared
+    # gated metrics of each suite refused then (a suite gated later is tested inside the family, not outside it)
+    family = _family(looks[0]) if looks else {}
     report = None
     spent_s = looks[-1].seconds if looks else 0.0
     for j in range(len(looks) + 1, plan.looks + 1):
-        open_suites = [s for s in plan.suites if s not in exhausted and (not looks or state.undecided(s))]
+        open_suites = [s for s in plan.suites if not looks or state.undecided(s)]
         if looks and not open_suites:
             break
-        want = {s: plan.items_at(s, j) for s in open_suites}
-        if plan.budget_seconds is not None and looks and spent_s + _next_round_s(looks, want) > plan.budget_seconds:
+        # a finite source that ran out goes on with more replicates of the same items (issue 35.3): in the paired
+        # design they shrink each item's within-item variance, so the look statistic still gains information (less
+        # than planned, which only makes the looks more correlated than planned: conservative, see the docstring)
+        want = {s: have[s] if s in exhausted else plan.items_at(s, j) for s in open_suites}
+        now = {s: reps[s] + (plan.replicates if s in exhausted else 0) for s in open_suites}
+        cost = plan.round_requests(have, want, reps, now, 1 + len(candidates))
+        if plan.budget_seconds is not None and looks and spent_s + _next_round_s(looks, cost) > plan.budget_seconds:
             break
         t0 = clock()
-        got = evaluate([baseline, *candidates], want)
+        more = {s: r for s, r in now.items() if r != plan.replicates}
+        got = evaluate([baseline, *candidates], want, more) if more else evaluate([baseline, *candidates], want)
         items = {s: min(g[s] for g in got) for s in open_suites}
         exhausted |= {s for s in open_suites if items[s] < want[s]}  # a finite source: no more held-out items
+        stale = {s: items[s] for s in open_suites if s in exhausted and items[s] <= have.get(s, 0) and now[s] == reps[s]}
+        if stale:  # ran out with nothing new: this round adds replicates instead, so that its look sees new data
+            now.update({s: reps[s] + plan.replicates for s in stale})
+            more = {s: r for s, r in now.items() if r != plan.replicates}
+            evaluate([baseline, *candidates], stale, {s: now[s] for s in stale})
         spent_s += clock() - t0
-        at = plan.look_levels(j, family)
+        # before look 1, every gated metric the suites declare (a family such as longctx/accuracy@* counts once): a suite
+        # refused at look 1 is then inside the family from the start (its FAIL tests at any look are counted)
+        at = plan.look_levels(j, family or {c: _declared(plan.suites) for c in candidates})
         report = gate(open_suites, at)
-        if not family:
-            family = {c.build_id: sum(m.gated for m in c.metrics) for c in report.candidates}
         prev = looks[-1].requests if looks else 0
-        new = {s: n - (looks[-1].items.get(s, 0) if looks else 0) for s, n in items.items()}
-        lk = Look(j, levels[j - 1], items, prev + plan.requests_for(new, 1 + len(candidates)), spent_s,
-                  fail_level=at.fail_level(max(family.values(), default=1)))
+        lk = Look(j, levels[j - 1], items, prev + plan.round_requests(have, items, reps, now, 1 + len(candidates)),
+                  spent_s, fail_level=at.fail_level(max(family.values(), default=1)), replicates=more)
+        first_look = not family
+        have.update(items)
+        reps.update(now)
         for c in report.candidates:
             lk.metrics[c.build_id] = {}
             for m in c.metrics:
@@ -203,6 +240,9 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
             rows = {m.metric.split("/", 1)[0] for m in c.metrics}  # a suite with rows was gated (as run_gate says)
             lk.refused[c.build_id] = {s: _problems_of(s, c.integrity) for s in open_suites if s not in rows}
         lk.exhausted = sorted(exhausted)
+        if first_look:
+            family = _family(lk)
+            lk.fail_level = at.fail_level(max(family.values(), default=1))
         looks.append(lk)
         state.record(lk)
         if not plan.is_fixed:
@@ -210,8 +250,22 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
         if plan.budget_requests is not None and lk.requests >= plan.budget_requests:
             break
     if report is None and looks:  # the sequence had ended: report it again from its last look (runs unchanged)
-        report = gate(list(looks[-1].items), plan.look_levels(len(looks), family if len(looks) > 1 else {}))
+        report = gate(list(looks[-1].items), plan.look_levels(len(looks), family if len(looks) > 1 else
+                                                             {c: _declared(plan.suites) for c in candidates}))
     return _final(report, state, looks, plan, seq_id), looks
+
+
+def _declared(suites: list[str]) -> int:
+    from qverify.gate.metrics import specs_for_suite
+
+    return sum(s.gated for suite in suites for s in specs_for_suite(suite))
+
+
+def _family(first: Look) -> dict[str, int]:
+    """Each candidate's FAIL family: its gated metrics at look 1 plus the declared gated metrics of every suite
+    refused at look 1 (issue 35.5: such a suite, gated at a later look, was tested outside the family)."""
+    return {c: len(first.metrics.get(c, {})) + sum(_declared([suite]) for suite in first.refused.get(c, {}))
+            for c in first.metrics.keys() | first.refused.keys()}
 
 
 def sequence_id(baseline: str, candidates: list[str], plan: Plan) -> str:
@@ -228,14 +282,12 @@ def _problems_of(suite: str, integrity: list[str]) -> list[str]:
     return named or list(integrity) or [f"suite {suite}: no gated metric could be measured"]
 
 
-def _next_round_s(looks: list[Look], want: dict[str, int]) -> float:
-    """The next round's time at the last round's seconds per new item (requests per item are fixed): later
-    rounds evaluate fewer suites than the first, so the plain average of past rounds would stop a time
-    budget a round early."""
+def _next_round_s(looks: list[Look], requests: int) -> float:
+    """The next round's time at the last round's seconds per request: later rounds evaluate fewer suites than the
+    first, so the plain average of past rounds would stop a time budget a round early."""
     last, before = looks[-1], (looks[-2] if len(looks) > 1 else None)
-    done = sum(n - (before.items.get(s, 0) if before else 0) for s, n in last.items.items())
-    new = sum(n - last.items.get(s, 0) for s, n in want.items())
-    return (last.seconds - (before.seconds if before else 0.0)) * new / max(done, 1)
+    done = last.requests - (before.requests if before else 0)
+    return (last.seconds - (before.seconds if before else 0.0)) * requests / max(done, 1)
 
 
 def _final(last: GateReport | None, state: _State, looks: list[Look], plan: Plan, seq_id: str) -> GateReport:
@@ -286,9 +338,9 @@ def _load(path: Path, plan: Plan) -> list[Look]:
         raise BadInput(f"{path} already holds {len(looks)} look(s) of this baseline, candidates and suites planned "
                        f"with budget {spent}, {was['looks']} looks, alpha {was['alpha']}; a different plan ({diff}) "
                        "on the same data would spend alpha afresh on looks already taken (optional stopping)",
-                       fix=f"rerun with its plan (--budget {_budget_text(was)}) to resume or re-report it, or start "
-                           "an independent sequence on new samples: another --seed-salt (its runs made afresh: "
-                           "qverify eval BUILD --suites ... --fresh --seed-salt N), or another workdir")
+                       fix=f"rerun with its plan (--budget {_budget_text(was)}) to resume or re-report it (new samples "
+                           "of the same items, another --seed-salt or workdir, are the same experiment: "
+                           "qverify.gate.ledger counts them against the same alpha)")
     return looks
 
 

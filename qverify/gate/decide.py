@@ -26,7 +26,7 @@ from qverify.gate.bounds import Bounds
 from qverify.gate.rule import ORDER, Decision, build_verdict
 from qverify.models import MetricResult
 
-__all__ = ["ORDER", "build_verdict", "result", "needed_items", "mde_of"]
+__all__ = ["ORDER", "build_verdict", "mde_of", "needed_items", "result"]
 POWER = 0.8
 
 
@@ -63,13 +63,16 @@ def result(dc: Decision, alpha: float) -> MetricResult:
         mde = mde_of(b, alpha)
         p = float(b.p_fail)
         det.update({"se": _fin(se), "p_pass": float(b.p_pass), "exact_bound": bool(b.exact)})
+        if b.error_cost is not None:  # qverify.gate.errored: what counting errored requests at their worst cost
+            det["error_cost"] = {"lower": b.error_cost[0], "upper": b.error_cost[1]}
         if dc.verdict == "INCONCLUSIVE" and not ev.pass_block:
             need = needed_items(b.n, mde, dc.margin)
             if need:
                 det["needed_items"] = need
-                advice = (f"about {need} items (at these replicates) would make a {dc.margin:.3g} loss detectable: let "
-                          f"the budgeted gate (`qverify gate`, the default; `--budget REQUESTS`) add them at sequential "
-                          f"levels; gating grown runs again with --fixed is optional stopping and is refused")
+                advice = (f"about {need} items (at these replicates) would make a {dc.margin:.3g} loss detectable: the "
+                          f"budgeted gate (`qverify gate`, the default; `--budget REQUESTS`) adds items at sequential "
+                          f"levels within one alpha; any later gate of these runs spends only the alpha this one left "
+                          f"(a fixed gate leaves none: another look is optional stopping and is refused)")
     det["noise_sd"] = ev.noise_sd
     det["tolerance_configured"] = ev.tolerance
     method = "one-sided t bound on item-clustered paired differences"

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from qverify.errors import refuse_special_files
 from qverify.evals.store import RunStore
 from qverify.gate.metrics import specs_for_suite
 from qverify.gate.pairwise import output_signature
@@ -34,6 +35,7 @@ class RunData:
     n_length: int = 0  # of those, answers that ended on finish_reason == "length" (cut at max_tokens)
     fingerprint: str = ""  # hash of manifest + result files: a changed run gets a new gate id
     extra: dict[str, Any] = field(default_factory=dict)
+    errored: np.ndarray | None = None  # len(items) x len(replicates): True where the request errored or has no result
 
     @property
     def exists(self) -> bool:
@@ -49,6 +51,17 @@ class RunData:
         for r, item in enumerate(items):
             if item in pos:
                 out[r] = src[pos[item]]
+        return out
+
+    def error_rows(self, items: list[str]) -> np.ndarray:
+        """True where item x replicate has no answered request (an error, or no result): qverify.gate.errored."""
+        out = np.zeros((len(items), len(self.replicates)), bool)
+        if self.errored is None:
+            return out
+        pos = {i: r for r, i in enumerate(self.items)}
+        for r, item in enumerate(items):
+            if item in pos:
+                out[r] = self.errored[pos[item]]
         return out
 
     def output_rows(self, items: list[str]) -> list[list[str | None]]:
@@ -71,6 +84,7 @@ def from_results(build_id: str, suite: str, manifest: RunManifest | None, result
     lps: list[list[Any]] | None = [[None] * len(reps) for _ in items] if keep_logprobs else None
     outs: list[list[str | None]] | None = [[None] * len(reps) for _ in items] if keep_outputs else None
     n_res = n_err = n_len = 0
+    errored = np.ones((len(items), len(reps)), bool)
     for col, k in enumerate(reps):
         for r in results[k]:
             n_res += 1
@@ -78,6 +92,7 @@ def from_results(build_id: str, suite: str, manifest: RunManifest | None, result
                 n_err += 1
                 continue
             row = pos[r.item_id]
+            errored[row, col] = False
             n_len += r.response is not None and r.response.finish_reason == "length"
             for key, v in r.scores.items():
                 if key not in scores:
@@ -87,7 +102,7 @@ def from_results(build_id: str, suite: str, manifest: RunManifest | None, result
                 lps[row][col] = r.response.logprobs
             if outs is not None:
                 outs[row][col] = output_signature(r.response)
-    return RunData(build_id, suite, manifest, items, reps, scores, lps, outs, n_res, n_err, n_len)
+    return RunData(build_id, suite, manifest, items, reps, scores, lps, outs, n_res, n_err, n_len, errored=errored)
 
 
 def load(runs_root: Path, build_id: str, suite: str) -> RunData:
@@ -105,9 +120,18 @@ def has_run(runs_root: Path, build_id: str, suite: str) -> bool:
     return store.manifest_path.exists() or bool(store.replicates())
 
 
+def fingerprint(runs_root: Path, build_id: str, suite: str) -> str:
+    """A run's content hash without reading its results into memory (qverify.gate.ledger's fixed-gate key)."""
+    return _fingerprint(RunStore(run_path(runs_root, build_id, suite)))
+
+
 def _fingerprint(store: RunStore) -> str:
     h = hashlib.sha256()
-    for p in sorted([store.manifest_path, *store.dir.glob("r*.jsonl")]):
+    files = sorted([store.manifest_path, *store.dir.glob("r*.jsonl")])
+    # a FIFO would block the read forever: refused first, as every read of a run is (qverify.evals.store)
+    refuse_special_files([p for p in files if p.exists()], "run file",
+                         fix=f"remove it and rerun `qverify eval {store.dir.parent.name} --suites {store.dir.name}`")
+    for p in files:
         if p.exists():
             h.update(p.name.encode())
             with open(p, "rb") as f:

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from qverify.config import ALPHA  # the one default (config.py)
-from qverify.gate.bounds import Bounds, paired_bounds
+from qverify.gate.bounds import Bounds, paired_bounds, share_bounds
 from qverify.models import MetricResult
 
 Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
@@ -47,10 +47,15 @@ class Evidence:
     bounded: bool = False  # both sides' per-item values in [0, scale]: the exact (betting) bound applies
     scale: float = 1.0  # bounded: d_i in [-scale, scale] (a capped distance's cap)
     always_exact: bool = False  # the exact bound decides whatever the number of changed items (capped distances)
+    share: bool = False  # d_i is 1 where the candidate hit a rare event (kld/broken): Clopper-Pearson decides
     refusal: str | None = None  # INCONCLUSIVE whatever the data say (undefined metric, no tool calls, ...)
     pass_block: str | None = None  # blocks PASS only; a FAIL still stands (e.g. answers cut at max_tokens)
     noise_sd: float | None = None  # baseline run-to-run SD of one run's mean (report; noise_k margin)
     details: dict[str, Any] = field(default_factory=dict)
+    # errored requests filled in (qverify.gate.errored): d with them at the candidate's worst (PASS, the lower
+    # bound) and at its best (FAIL, the upper bound); None: no errored request on a scored item
+    d_pass: np.ndarray | None = None
+    d_fail: np.ndarray | None = None
 
     @property
     def sign(self) -> int:
@@ -74,10 +79,25 @@ def margin(ev: Evidence, noise_k: float | None) -> float:
 
 
 def measure(ev: Evidence, alpha: float, noise_k: float | None = None) -> Bounds | None:
-    if ev.refusal is not None or len(ev.d) < MIN_ITEMS:
+    """The metric's bounds; with errored requests, PASS from d_pass and FAIL from d_fail (qverify.gate.errored),
+    Δ from the answered requests, and what the errors cost each bound."""
+    if ev.refusal is not None or len(ev.d if ev.d_pass is None else ev.d_pass) < MIN_ITEMS:
         return None
-    return paired_bounds(ev.sign * ev.d, margin(ev, noise_k), alpha, ev.bounded, scale=ev.scale,
-                         always_exact=ev.always_exact)
+    tol = margin(ev, noise_k)
+
+    def bounds(d: np.ndarray) -> Bounds:
+        if ev.share:
+            return share_bounds(ev.sign * d, tol, alpha)
+        return paired_bounds(ev.sign * d, tol, alpha, ev.bounded, scale=ev.scale, always_exact=ev.always_exact)
+
+    if ev.d_pass is None or ev.d_fail is None:
+        return bounds(ev.d)
+    worst, best = bounds(ev.d_pass), bounds(ev.d_fail)
+    seen = bounds(ev.d) if len(ev.d) >= MIN_ITEMS else None
+    cost = None if seen is None else (max(float(seen.lower) - float(worst.lower), 0.0),
+                                      max(float(best.upper) - float(seen.upper), 0.0))
+    return replace(worst, delta=seen.delta if seen is not None else worst.delta, upper=best.upper,
+                   p_fail=best.p_fail, exact=np.asarray(bool(worst.exact) or bool(best.exact)), error_cost=cost)
 
 
 def holm(p: list[float]) -> list[float]:
@@ -133,6 +153,9 @@ def _verdict(ev: Evidence, b: Bounds | None, alpha: float, tol: float, p_adj: fl
     lo, hi, delta = float(b.lower), float(b.upper), float(b.delta)
     show = f"Δ {ev.sign * delta:+.4f}, one-sided {100 * (1 - alpha):.4g}% bounds [{_o(ev, lo, hi)}]"
     how = " (exact betting bound: few items changed)" if bool(b.exact) else ""
+    if b.error_cost is not None:  # qverify.gate.errored: errored requests at the candidate's worst / best
+        how += (f" (errored requests counted at their worst for PASS and best for FAIL: they moved the bounds by "
+                f"{b.error_cost[0]:.4f} / {b.error_cost[1]:.4f})")
     worse = "below" if ev.sign > 0 else "above"
     p = p_adj if p_adj is not None else float(b.p_fail)
     if fails:

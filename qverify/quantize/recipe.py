@@ -74,7 +74,7 @@ class Corruption(Strict):
                                 "fp8kv_badscale control; kv_scales.py): SGLang's trtllm_mla multiplies decode logits by it")
     shared_expert_noise: float | None = Field(
         None, ge=0, le=10, description="the damage dial: add Gaussian noise of this scale, relative to each weight "
-                                       "matrix's RMS, to every shared-expert weight (docs/gate.md, 'Damage dial'); "
+                                       "matrix's RMS, to every shared-expert weight (docs/gate-results.md, 'Damage dial'); "
                                        "0: the same weights under another build id (an A/A control)")
     seed: int = Field(0, ge=0, description="seed of the shared-expert noise (a different seed: another build of the same size)")
 

@@ -70,6 +70,12 @@ KLD_CAP = 0.1  # nats, 10x kld/kld's tolerance: its exact bound gains about tol/
 # ln(1/alpha) cap/tol = 30 items at the very least to PASS (about 60 in practice: benchmarks/gate_oc.py)
 
 
+BROKEN_KL = 1.0  # nats per token, 100x kld/kld's tolerance and 70x the largest per-item KL of the real fp8kv_nvfp4shared
+# build (0.0135, docs/gate.md): an item beyond it is a prompt the build broke, not quantization noise
+BROKEN_SHARE = 0.005  # kld/broken's tolerance: an unchanged build PASSes it from about 600 items (ln(1/alpha) / 0.005;
+# the budgeted gate's rounds reach that), and a build breaking 1% of prompts cannot PASS at 300 items
+
+
 @suites.register("kld")
 class KLDSuite(Suite):
     name = "kld"
@@ -89,6 +95,11 @@ class KLDSuite(Suite):
         # same_top and dp_rms are reported, not gated: their tolerances are policy choices that only colour the
         # report. dp_rms 0.02 sits between llama.cpp's published Llama-3-8B q8_0 (RMS dp 1.2%) and q4_K_M (5.5%);
         # same_top 0.05 is five points of top-token agreement, chosen alongside it (no published anchor).
+        # a prompt broken outright (issue 35.4): kld/tail's 3% share beyond the cap PASSed a build with 1% of its items
+        # at 2 nats half the time at 300 items. The share of items whose KL is far beyond anything a baseline shows
+        # (BROKEN_KL) is bounded exactly, at a tolerance well under 1% (docs/gate.md, "Prompts broken outright")
+        MetricSpec("kld/broken", "kld", "kld", direction="lower", tolerance=BROKEN_SHARE, statistic="kld",
+                   broken=BROKEN_KL, doc=f"share of items whose KL exceeds {BROKEN_KL} nat and the baseline's own"),
         MetricSpec("kld/same_top", "kld", "same_top", tolerance=0.05, statistic="kld", gated=False),
         MetricSpec("kld/dp_rms", "kld", "dp_rms", direction="lower", tolerance=0.02, statistic="kld", gated=False),
     )

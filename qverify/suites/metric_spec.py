@@ -34,6 +34,11 @@ class MetricSpec:
     floor_margin: float | None = None  # trigger_f1: K2VV floor = min F1 between baseline runs - margin
     cap: float | None = None  # kld: each per-pair value capped at `cap` (d_i in [-cap, cap]: the exact bound decides)
     above: float | None = None  # kld: the per-item share of pairs whose value exceeds `above` (a rate in [0, 1])
+    zero_unless: str | None = None  # mean: the key's absence counts as 0 where this 0/1 key is 0 (verifier's
+    # schema_accuracy is scored only on answers that call a tool; an answer that calls none scores 0, so a candidate
+    # that stops calling where its schema would be wrong does not gain: issue 35.5)
+    broken: float | None = None  # kld: the share of items the candidate breaks outright (its KL beyond `broken` and
+    # beyond the baseline's own on the item), one-sided exact (Clopper-Pearson): qverify.gate.bounds.share_bounds
     doc: str = ""
     scope: str | None = None  # what a derived tolerance covers, when less than it seems: gate.json says it beside the metric
 

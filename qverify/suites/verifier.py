@@ -48,7 +48,8 @@ class VerifierSuite(Suite):
     gate_metrics = (
         MetricSpec("verifier/trigger_f1", "verifier", "tool_call_finish", statistic="trigger_f1",
                    floor_margin=K2VV_MARGIN, doc="K2VV ToolCall-Trigger Similarity vs the baseline's runs"),
-        MetricSpec("verifier/schema_accuracy", "verifier", "schema_accuracy", doc="K2VV ToolCall-Schema Accuracy"),
+        MetricSpec("verifier/schema_accuracy", "verifier", "schema_accuracy", zero_unless="tool_call_finish",
+                   doc="K2VV ToolCall-Schema Accuracy, an answer without a tool call counting as wrong"),
         # 0.02: a policy choice (not derived), two points more empty, leaked or truncated answers, the size of
         # the infrastructure-error budget a run may carry (qverify.config.ERROR_BUDGET)
         MetricSpec("verifier/hygiene/*", "verifier", "hygiene/*", direction="lower", tolerance=0.02,

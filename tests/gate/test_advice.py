@@ -29,8 +29,8 @@ def test_mde_is_the_rules_own_and_the_advice_names_the_budgeted_gate():
 
 def test_a_fixed_gate_on_grown_runs_is_a_second_look(tmp_path):
     """40 items INCONCLUSIVE, then the same runs grown to 120 and gated again with the fixed gate (the flow's one-look
-    plan, qverify.rounds.gate_builds): refused as bad input that names the first gate and points to the budgeted
-    gate; an unchanged rerun is not a second look (same gate id)."""
+    plan, qverify.rounds.gate_builds): refused as bad input (the first gate spent the runs' alpha, qverify.gate.ledger);
+    an unchanged rerun is not a second look (same gate id)."""
     from qverify.config import QVerifyConfig
     from qverify.errors import BadInput
     from qverify.rounds import gate_builds
@@ -53,4 +53,4 @@ def test_a_fixed_gate_on_grown_runs_is_a_second_look(tmp_path):
             assert r.verdict == "INCONCLUSIVE" and again.gate_id == r.gate_id
     with pytest.raises(BadInput) as e:
         gate_builds(wd, cfg, "b", ["c"], ["coding"], None, show_progress=False)
-    assert "on 40 items; these runs have 120" in str(e.value) and "--budget" in e.value.fix
+    assert "is spent" in str(e.value) and "optional stopping" in str(e.value)

@@ -19,6 +19,7 @@ from qverify.gate.gate import exit_code
 from qverify.workdir import Workdir
 from tests import synth
 
+KMAX = 36  # replicate columns drawn per item: rounds past an exhausted source add replicates
 NMAX, K = 2000, 3
 
 
@@ -35,27 +36,31 @@ class Rounds:
                  unseeded: tuple[str, ...] = (), errors: dict[tuple[str, str], float] | None = None):
         self.wd, self.calls = wd, []
         rng = np.random.default_rng(5)
-        u = {s: rng.random((NMAX, K)) for s in next(iter(probs.values()))}  # shared seeds: same uniforms
+        more = np.random.default_rng(6)  # the replicates past K (rounds past an exhausted source): drawn apart, so
+        # that the first K are what they were before those rounds existed
+        u = {s: np.hstack([rng.random((NMAX, K)), more.random((NMAX, KMAX - K))]) for s in next(iter(probs.values()))}
         # a suite in `unseeded` draws fresh uniforms per build (a server whose seeds do not reproduce)
-        self.data = {b: {s: ((rng.random((NMAX, K)) if s in unseeded else u[s]) < p[:, None]).astype(float)
-                         for s, p in ps.items()} for b, ps in probs.items()}
+        self.data = {b: {s: ((np.hstack([rng.random((NMAX, K)), more.random((NMAX, KMAX - K))]) if s in unseeded
+                              else u[s]) < p[:, None]).astype(float) for s, p in ps.items()} for b, ps in probs.items()}
         self.available = available or {}
         # (build, suite) -> share of its requests that end in an infrastructure error
-        self.errors = {key: rng.random((NMAX, K)) < rate for key, rate in (errors or {}).items()}
+        self.errors = {key: np.hstack([rng.random((NMAX, K)) < rate, np.zeros((NMAX, KMAX - K), bool)])
+                       for key, rate in (errors or {}).items()}
         for b in probs:
             synth.write_build(wd / "builds", b, b)
 
-    def __call__(self, builds: list[str], want: dict[str, int]) -> list[dict[str, int]]:
-        return [self.one(b, want) for b in builds]
+    def __call__(self, builds: list[str], want: dict[str, int], reps: dict[str, int] | None = None
+                 ) -> list[dict[str, int]]:
+        return [self.one(b, want, reps or {}) for b in builds]
 
-    def one(self, build: str, want: dict[str, int]) -> dict[str, int]:
-        self.calls.append((build, dict(want)))
+    def one(self, build: str, want: dict[str, int], reps: dict[str, int]) -> dict[str, int]:
+        self.calls.append((build, dict(want), dict(reps)))
         out = {}
         for s, n in want.items():
-            n = min(n, self.available.get(s, NMAX))
-            x = self.data[build][s][:n]
+            n, k = min(n, self.available.get(s, NMAX)), reps.get(s, K)
+            x = self.data[build][s][:n, :k]
             err = self.errors.get((build, s))
-            res = synth.results(s, synth.item_ids(s, n), {_key(s): x}, errors=None if err is None else err[:n])
+            res = synth.results(s, synth.item_ids(s, n), {_key(s): x}, errors=None if err is None else err[:n, :k])
             synth.write_run(self.wd / "runs", build, s, res)
             out[s] = n
         return out
@@ -157,12 +162,15 @@ def test_resume_continues_the_sequence(tmp_path):
 def test_a_finite_source_is_exhausted_and_said_so(tmp_path):
     rng = np.random.default_rng(4)
     pl = np.full(NMAX, 0.5)
-    ev = Rounds(tmp_path, {"base": {"longctx": pl}, "same": {"longctx": pl}}, available={"longctx": 250},
+    ev = Rounds(tmp_path, {"base": {"longctx": pl}, "same": {"longctx": pl}}, available={"longctx": 150},
                 unseeded=("longctx",))
     plan = make_plan(["longctx"], {"longctx": 100}, K, 2, 0.05, "6000")
     rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["same"], plan, ev, _gate(tmp_path, "base", "same"))
-    assert looks[-1].exhausted == ["longctx"] and looks[-1].items["longctx"] == 250
-    assert len(looks) == 3  # 100, 200, then 250 of 300 wanted: nothing more to add
+    assert looks[-1].exhausted == ["longctx"] and looks[-1].items["longctx"] == 150 and len(looks) >= 3
+    assert looks[1].items["longctx"] == 150 and not looks[1].replicates  # 100, then 150 of 200 wanted
+    # then rounds of 3 more replicates of the same 150 items (issue 35.3), counted as requests like any round
+    assert [lk.replicates.get("longctx") for lk in looks[2:]] == [6, 9, 12, 15, 18, 21][: len(looks) - 2]
+    assert [lk.requests for lk in looks] == [600, 900, 1800, 2700, 3600, 4500, 5400, 6300][: len(looks)]
 
 
 def test_a_time_budget_runs_the_rounds_that_fit_at_the_last_rounds_pace(tmp_path):
@@ -227,11 +235,29 @@ def test_an_exhausted_suite_keeps_its_undecided_metric_in_the_verdict(tmp_path):
                               _gate(tmp_path, "base", "worse"))
     c = rep.candidates[0]
     verdicts = {m.metric: m.verdict for m in c.metrics if m.gated}
-    assert "coding" in looks[-1].exhausted and "coding" not in looks[-1].items
-    assert verdicts["coding/pass@1"] == "INCONCLUSIVE" and c.verdict == "INCONCLUSIVE"
-    assert any(r.startswith("coding/pass@1:") for r in c.reasons)
-    n = len(verdicts)
-    assert f"{sum(v != 'INCONCLUSIVE' for v in verdicts.values())} of {n} declared gated metrics decided" in c.reasons
+    assert "coding" in looks[-1].exhausted and looks[1].items["coding"] == 150
+    assert verdicts["coding/pass@1"] != "PASS" and c.verdict != "PASS"
+    if c.verdict == "INCONCLUSIVE":
+        assert any(r.startswith("coding/pass@1:") for r in c.reasons)
+        n = len(verdicts)
+        assert f"{sum(v != 'INCONCLUSIVE' for v in verdicts.values())} of {n} declared gated metrics decided" in c.reasons
+
+
+def test_an_exhausted_undecided_suite_goes_on_with_more_replicates(tmp_path):
+    """Issue 35.3: a 150-item source, identical builds on unseeded items right with probability 0.75 or 0.25: at 3
+    replicates the bound is about -0.08 (undecided at tol 0.03); rounds of 3 more replicates of the same items
+    shrink each item's within variance until it PASSes (at 15 replicates). The rule before stopped at the exhausted
+    source, INCONCLUSIVE. The round that finds the source empty adds replicates at once (no look on unchanged runs)."""
+    rng = np.random.default_rng(13)
+    pc = np.where(rng.random(NMAX) < 0.5, 0.75, 0.25)
+    ev = Rounds(tmp_path, {"base": {"coding": pc}, "same": {"coding": pc}}, available={"coding": 150},
+                unseeded=("coding",))
+    plan = make_plan(["coding"], {"coding": 150}, K, 2, 0.05, str(12 * 150 * K * 2))
+    rep, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["same"], plan, ev, _gate(tmp_path, "base", "same"))
+    assert rep.candidates[0].verdict == "PASS", rep.candidates[0].reasons
+    assert looks[1].exhausted == ["coding"] and looks[1].replicates == {"coding": 2 * K}
+    assert all(lk.items["coding"] == 150 for lk in looks) and looks[-1].replicates["coding"] > 2 * K
+    assert looks[1].requests - looks[0].requests == 150 * K * 2  # 3 more replicates of 150 items on 2 builds
 
 
 def test_a_pass_says_every_declared_metric_was_decided(tmp_path):
@@ -265,3 +291,16 @@ def test_another_plan_on_the_same_looks_is_refused_a_new_salt_is_a_new_sequence(
     assert sequence_id("base", ["same"], salted) != sequence_id("base", ["same"], plan)
     assert sequence_id("base", ["same"], make_plan(["longctx"], {"longctx": 50}, K, 2, 0.05, "900")) == \
         sequence_id("base", ["same"], plan)
+
+
+def test_a_suite_refused_at_look_1_is_inside_the_fail_family(tmp_path):
+    """Issue 35.5: the FAIL family was the gated metrics with rows at look 1, so a suite refused then (coding: 22%
+    errors in round 1) and gated later was tested outside it. Now its declared gated metrics count from look 1 on."""
+    rng = np.random.default_rng(11)
+    pc, pl = _outcomes(rng, NMAX), _noisy_longctx_keeps_the_sequence_going()
+    probs = {"base": {"coding": pc, "longctx": pl}, "same": {"coding": pc, "longctx": pl}}
+    ev = Rounds(tmp_path, probs, unseeded=("longctx",), errors={("same", "coding"): 0.22})
+    plan = make_plan(["coding", "longctx"], {"coding": 100, "longctx": 100}, K, 2, 0.05, "2400")
+    _, looks = run_sequence(Workdir.at(tmp_path).gates, "base", ["same"], plan, ev, _gate(tmp_path, "base", "same"))
+    assert "coding" in looks[0].refused["same"] and "coding/pass@1" not in looks[0].metrics["same"]
+    assert looks[0].fail_level == pytest.approx(plan.look_levels(1, {}).fail_level(2))  # longctx's 1 + coding's 1
