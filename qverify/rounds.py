@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qverify.config import QVerifyConfig
+from qverify.errors import BadInput
 from qverify.gate import ledger
 from qverify.gate.boundaries import LookLevels, spending
 from qverify.gate.budget import Look, Plan, make_plan, run_sequence
