@@ -86,13 +86,9 @@ def gate_cmd(
 
 
 def _show(report, console) -> None:
-    from qverify.gate.render import render, render_compact, render_looks
-    from qverify.output import PLAIN_WIDTH
+    from qverify.gate.render import render, render_looks
 
-    if console.is_terminal:
-        render(report, console)
-    else:  # piped: README's one width promise for non-TTY output
-        render_compact(report, console, width=PLAIN_WIDTH)
+    render(report, console)  # a wide terminal: the table; else the compact summary within README's 80 columns
     render_looks(report, console)
 
 

@@ -14,6 +14,7 @@ from rich.table import Table
 from qverify.gate.gate import shares_seeds
 from qverify.gate.looks import budgeted
 from qverify.models import CandidateReport, GateReport, MetricResult
+from qverify.output import PLAIN_WIDTH  # README's one width promise for piped output
 
 STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow"}
 
@@ -74,7 +75,6 @@ def reference_notes(c: CandidateReport) -> list[str]:
 
 
 TABLE_MIN_WIDTH = 120  # the table's 11 columns fold into unreadable slivers below this
-LOG_WIDTH = 100
 
 
 def family_note(report: GateReport) -> str | None:
@@ -86,16 +86,22 @@ def render(report: GateReport, console: Console) -> None:
     if console.is_terminal and console.width >= TABLE_MIN_WIDTH:
         render_table(report, console)
     else:
-        render_compact(report, console, width=min(LOG_WIDTH, console.width) if console.is_terminal else LOG_WIDTH)
+        render_compact(report, console, width=min(PLAIN_WIDTH, console.width) if console.is_terminal else PLAIN_WIDTH)
 
 
-def _metric_line(m: MetricResult, name_w: int) -> str:
+def _metric_figures(m: MetricResult) -> str:
     band = f"run SD {_num(m.noise_band)}"
-    return (f"{m.metric:<{name_w}}  Δ {m.delta:+.3f} [{m.ci_low:+.3f}, {m.ci_high:+.3f}]  {band:<12} "
-            f"tol {m.tolerance:.4g}  {m.verdict}")
+    return f"Δ {m.delta:+.3f} [{m.ci_low:+.3f}, {m.ci_high:+.3f}]  {band:<12} tol {m.tolerance:.4g}"
 
 
-def compact_lines(report: GateReport, width: int = LOG_WIDTH) -> list[str]:
+def _metric_lines(m: MetricResult, name_w: int, width: int) -> str:
+    """One line per metric; where it would pass the width, the name and verdict on one line and the figures
+    indented below (a grep for a metric's verdict still finds one line)."""
+    line = f"{m.metric:<{name_w}}  {_metric_figures(m)}  {m.verdict}"
+    return line if len(line) <= width else f"{m.metric}  {m.verdict}\n    {_metric_figures(m)}"
+
+
+def compact_lines(report: GateReport, width: int = PLAIN_WIDTH) -> list[str]:
     """Plain text (no markup, no box drawing): what a CI log or `| tee` shows."""
     out: list[str] = []
 
@@ -106,9 +112,7 @@ def compact_lines(report: GateReport, width: int = LOG_WIDTH) -> list[str]:
         gated = sorted((m for m in c.metrics if m.gated), key=lambda m: m.metric)
         name_w = min(max((len(m.metric) for m in gated), default=0), 30)
         wrap(f"{c.recipe} ({c.build_id}) vs {report.baseline_recipe}: {c.verdict}", "", "    ")
-        for m in gated:
-            line = _metric_line(m, name_w)
-            out.append(line if len(line) <= width else f"{m.metric}\n    {_metric_line(m, 0)[len(m.metric):].strip()}")
+        out.extend(_metric_lines(m, name_w, width) for m in gated)
         if len(c.metrics) > len(gated):
             out.append(f"  ({len(c.metrics) - len(gated)} informational metrics: see gate.json / the report)")
         if note := seed_note(c):
@@ -133,7 +137,7 @@ def _reasons(c) -> list[str]:
     return [r for r in c.reasons if not any(i in r for i in c.integrity)][:8]
 
 
-def render_compact(report: GateReport, console: Console, width: int = LOG_WIDTH) -> None:
+def render_compact(report: GateReport, console: Console, width: int = PLAIN_WIDTH) -> None:
     for line in compact_lines(report, width):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 

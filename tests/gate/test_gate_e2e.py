@@ -38,7 +38,7 @@ def test_gate_recipe_builds_evaluates_and_gates_with_json_on_stdout(tmp_path):
     assert any("oneshot" in p.read_text() or "llmcompressor" in p.read_text() for p in logs.glob("llmcompressor-*.log"))
 
     # the same command again, piped as in CI: builds reused, evals a no-op (nothing rewritten, same gate id),
-    # and the compact summary: one line per gated metric, the verdict line, nothing wider than 100 columns
+    # and the compact summary: one line per gated metric, the verdict line, nothing wider than 80 columns (README)
     manifests = {p: p.read_bytes() for p in (tmp_path / "wd" / "runs").rglob("manifest.json")}
     again = subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(tmp_path / "wd"), "gate",
                             "--recipe", "fp8kv_nvfp4shared", "--fixed"],
@@ -46,7 +46,7 @@ def test_gate_recipe_builds_evaluates_and_gates_with_json_on_stdout(tmp_path):
     assert again.returncode == r.returncode, again.stderr[-2000:]
     assert {p: p.read_bytes() for p in manifests} == manifests
     lines = again.stdout.splitlines()
-    assert all(len(ln) <= 100 for ln in lines), [ln for ln in lines if len(ln) > 100]
+    assert all(len(ln) <= 80 for ln in lines), [ln for ln in lines if len(ln) > 80]
     assert lines[-1] == f"gate {report['gate_id']}: {report['verdict']}"
     for m in (m for m in cand["metrics"] if m["gated"]):
         assert sum(1 for ln in lines if ln.split()[:1] == [m["metric"]] and m["verdict"] in ln) == 1, m["metric"]

@@ -68,10 +68,12 @@ def test_piped_gate_is_a_compact_summary_within_80_columns(wd, columns):
     lines = p.stdout.splitlines()
     too_wide = [ln for ln in lines if len(ln) > WIDTH]
     assert not too_wide, too_wide
-    for m in gated:  # one line each, carrying delta, CI, tolerance and verdict (a long name on a line of its own)
+    for m in gated:  # one line each, carrying delta, CI, tolerance and verdict (a long one: name and verdict, then
+        # the figures indented on the next line)
         mine = [i for i, ln in enumerate(lines) if ln.split() and ln.split()[0] == m["metric"]]
         assert len(mine) == 1, (m["metric"], p.stdout)
-        ln = lines[mine[0]] if lines[mine[0]].strip() != m["metric"] else lines[mine[0]] + lines[mine[0] + 1]
+        ln = lines[mine[0]] if "tol" in lines[mine[0]] else lines[mine[0]] + lines[mine[0] + 1]
+        assert m["verdict"] in lines[mine[0]]
         assert f"{m['delta']:+.3f}" in ln and f"[{m['ci_low']:+.3f}, {m['ci_high']:+.3f}]" in ln
         assert "tol" in ln and m["verdict"] in ln
     assert lines[-1] == f"gate {report['gate_id']}: {report['verdict']}"
