@@ -52,8 +52,8 @@ _OS_ERRORS = {
     "EACCES": (BadInput, "is not writable (permission denied)", "pass a writable --workdir, or fix its permissions"),
     "EPERM": (BadInput, "is not writable (operation not permitted)", "pass a writable --workdir, or fix its permissions"),
     "ENOENT": (BadInput, "does not exist", "check the path"),
-    "ENOSPC": (InfraError, "no space left on device", "free disk space under the workdir, or pass --workdir on a bigger disk; "
-               "rerun the same command to resume"),
+    "ENOSPC": (InfraError, "no space left on device", ("free disk space under the workdir, or pass --workdir on a bigger "
+                                                        "disk; rerun the same command to resume")),
     "EDQUOT": (InfraError, "disk quota exceeded", "free space or raise the quota, then rerun the same command to resume"),
 }
 

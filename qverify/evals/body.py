@@ -8,6 +8,7 @@ size is capped, so one hostile answer costs at most about the cap plus one decod
 from __future__ import annotations
 
 import email.utils
+import math
 import time
 import zlib
 from collections.abc import AsyncIterator
@@ -98,4 +99,4 @@ def retry_after_s(r: httpx.Response) -> float | None:
             s = email.utils.parsedate_to_datetime(v).timestamp() - time.time()
         except (TypeError, ValueError, IndexError, OverflowError):
             return None
-    return max(0.0, s) if s == s and s != float("inf") else None
+    return max(0.0, s) if not math.isnan(s) and s != math.inf else None

@@ -87,7 +87,7 @@ def train(model, tok, cfg: TrainConfig, work: Path, evaluate=None, task_fn=pick_
         state = blob["state"]
         LOG(f"[{tag}] resumed at step {state['step']}, {state['seen'] / 1e6:.2f}M tokens, {state['wall'] / 60:.1f} min")
     eos, pad = tok.eos_token, tok.pad_token_id
-    count = lambda s: len(tok(s, add_special_tokens=False)["input_ids"])  # noqa: E731
+    count = lambda s: len(tok(s, add_special_tokens=False)["input_ids"])
     t_last_ckpt = t0 = time.time()
     wall0 = state["wall"]
     model.train()
