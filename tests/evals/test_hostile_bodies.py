@@ -12,6 +12,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from qverify.evals.client import Client, Timeouts
 from qverify.evals.store import RunStore
 from qverify.models import Endpoint
@@ -47,6 +49,7 @@ def _child_call(url: str) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_endless_huge_and_gzip_bomb_bodies_are_bad_response_in_bounded_ram():
     for mode in ("endless", "huge", "gzipbomb"):
         with BadServer(mode, huge_mb=400) as srv:

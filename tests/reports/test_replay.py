@@ -69,6 +69,7 @@ def test_report_after_gate_warns_and_returns_3(wd, dead_uri):
     assert "the verdict stands" in text and f"replay with: qverify --workdir {wd} report --gate g-r" in text
 
 
+@pytest.mark.slow
 def test_replay_to_sqlite_loses_nothing(wd):
     res = upload_gate(wd, "g-r")
     assert not res.skipped and not res.superseded
@@ -86,6 +87,7 @@ def test_replay_to_sqlite_loses_nothing(wd):
         assert len(res.suite_runs) == 2 * 4 and client.get_run(res.run_id).info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_partial_upload_is_superseded_and_failed(wd):
     """Make the artifact store unwritable mid-upload (runs exist, artifacts fail), then replay."""
     make_gate(wd, "g-p", ["fp8kv"], model="other-model")

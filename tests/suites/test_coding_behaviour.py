@@ -116,6 +116,7 @@ def test_generation_reports_dropped_duplicates():
     assert stats["duplicate_behaviour"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("split", "seed"), [("test", 0), ("test", 7), ("validation", 0), ("train", 0)])
 def test_a_split_gives_its_declared_supply_and_no_more(split, seed):
     """The synthetic source is finite: asked for more than a split has, it gives exactly its supply (the gate then
