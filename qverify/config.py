@@ -12,9 +12,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from qverify.errors import BadInput, read_input_text
+from qverify.strict import Strict
 
 
 def parse_budget(text: str) -> tuple[int | None, float | None]:
@@ -42,26 +43,23 @@ MAX_LIMIT = 50_000
 MAX_REPLICATES = 100
 
 
-class _Strict(BaseModel):
-    # nan passes every range check (all comparisons are False) and inf is no timeout: refuse both here
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class MetricRule(_Strict):
+class MetricRule(Strict):
     gate: bool = True
     tolerance: float | None = Field(None, ge=0, description="absolute tolerance on the delta (same units as the metric)")
 
 
-class ServingConfig(_Strict):
+class ServingConfig(Strict):
     backend: Literal["local", "sglang", "endpoint"] = "local"
     profile: str | None = Field(None, description="profile name or YAML path (sglang), e.g. b200-tp4")
     endpoint: str | None = None
+    served_model: str | None = Field(None, description="the model name the endpoint serves, where its answers and "
+                                                       "/v1/models name none (recorded as declared)")
     api_key_env: str | None = None
     concurrency: int | None = Field(None, ge=1, description="requests in flight (default: the backend's, qverify.evals.client.DEFAULT_CONCURRENCY)")
     port: int | None = Field(None, ge=1, le=65535)
 
 
-class ClientConfig(_Strict):
+class ClientConfig(Strict):
     """Client timeouts; unset ones take the backend's default (qverify.evals.client.DEFAULT_TIMEOUTS)."""
 
     connect_timeout_s: float | None = Field(None, gt=0, description="to open a connection")
@@ -69,12 +67,12 @@ class ClientConfig(_Strict):
     item_timeout_s: float | None = Field(None, gt=0, description="one item in total, retries included")
 
 
-class QVerifyConfig(_Strict):
+class QVerifyConfig(Strict):
     model: str | None = Field(None, description="local HF model dir; default: the embedded qverify-tiny")
     drafter: str | None = None
     trust_remote_code: bool = Field(False, description="the model's own code (Kimi's tokenizer) may run; recorded per build")
-    calib_samples: int | None = Field(None, description="calibration samples (default: the recipe's)")
-    calib_seq_len: int | None = Field(None, description="tokens per calibration sample (default: the recipe's)")
+    calib_samples: int | None = Field(None, ge=1, description="calibration samples (default: the recipe's)")
+    calib_seq_len: int | None = Field(None, ge=1, description="tokens per calibration sample (default: the recipe's)")
     baseline: str = "bf16"
     candidates: list[str] = Field(default_factory=lambda: ["fp8kv_nvfp4shared"])
     suites: list[str] = Field(default_factory=lambda: ["coding", "toolcall", "longctx", "verifier", "kld"])
@@ -141,6 +139,24 @@ def load_config(path: Path | None) -> QVerifyConfig:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
         if err["type"] == "extra_forbidden":
-            raise BadInput(f"{path}: unknown key {loc!r}", fix="remove it or check the spelling (README, 'qverify.toml')") from None
-        got = f" (got {err['input']!r})" if not isinstance(err.get("input"), dict) else ""
-        raise BadInput(f"{path}: {loc}: {err['msg']}{got}", fix=f"set {loc} within that range (README, 'qverify.toml')") from None
+            from qverify.registry import unknown_message
+
+            known = _keys_at(err["loc"][:-1])
+            raise BadInput(f"{path}: {unknown_message('key', loc, known, lookup=str(err['loc'][-1]))}",
+                           fix="remove it or check the spelling (README, 'qverify.toml')") from None
+        got = f" (got {err['input']!r})" if not isinstance(err.get("input"), dict | list) else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        raise BadInput(f"{path}: {loc}: {msg}{got}", fix=f"set {loc} within that range (README, 'qverify.toml')") from None
+
+
+def _keys_at(loc: tuple) -> list[str]:
+    """The keys qverify.toml allows at `loc` (a table such as `serving`), for "did you mean"."""
+    model: Any = QVerifyConfig
+    for part in loc:
+        field = model.model_fields.get(str(part)) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:  # inside a mapping (thresholds.<metric>): the value's model
+            args = getattr(model, "__args__", ())
+            model = args[-1] if args else None
+            continue
+        model = field.annotation
+    return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []

@@ -15,6 +15,7 @@ class ExitCode(IntEnum):
     INCONCLUSIVE = 2
     INFRA = 3  # server, tracking, sandbox infrastructure
     BAD_INPUT = 4
+    CLOSED_PIPE = 141  # stdout's reader went away (`| head -1`): the shell's own code for SIGPIPE, 128 + 13
 
 
 class QVerifyError(Exception):
@@ -37,6 +38,11 @@ class BadInput(QVerifyError):
     exit_code = ExitCode.BAD_INPUT
 
 
+class ClosedPipe(Exception):
+    """Stdout's reader closed the pipe (`qverify gate | head -1`). Not an OSError, so no `except OSError` on the
+    way up takes it for a bad path; the CLI exits CLOSED_PIPE (141), never 1, which means a gate FAIL."""
+
+
 class InfraError(QVerifyError):
     """Something outside the user's input broke: a server, the tracking store, a sandbox."""
 
@@ -52,10 +58,29 @@ _OS_ERRORS = {
     "EACCES": (BadInput, "is not writable (permission denied)", "pass a writable --workdir, or fix its permissions"),
     "EPERM": (BadInput, "is not writable (operation not permitted)", "pass a writable --workdir, or fix its permissions"),
     "ENOENT": (BadInput, "does not exist", "check the path"),
-    "ENOSPC": (InfraError, "no space left on device", ("free disk space under the workdir, or pass --workdir on a bigger "
-                                                        "disk; rerun the same command to resume")),
-    "EDQUOT": (InfraError, "disk quota exceeded", "free space or raise the quota, then rerun the same command to resume"),
+    "ENOSPC": (InfraError, "no space left on device", None),
+    "EDQUOT": (InfraError, "disk quota exceeded", None),
+    "EFBIG": (InfraError, "file too large for the disk or its size limit", None),
 }
+
+
+DISK_FULL = ("ENOSPC", "EDQUOT", "EFBIG")
+DISK_FULL_FIX = "free disk space under the workdir, or pass --workdir on a bigger disk; rerun the same command to resume"
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """A full disk (or quota, or file-size limit): the one test, wherever a write can fail."""
+    import errno as _errno
+
+    if isinstance(e, OSError) and _errno.errorcode.get(e.errno or 0, "") in DISK_FULL:
+        return True
+    text = str(e)  # safetensors' Rust writer reports the OS error in its message
+    return any(s in text for s in ("No space left", "os error 28", "File too large", "os error 27", "Disk quota"))
+
+
+def disk_full(message: str, fix: str = DISK_FULL_FIX) -> InfraError:
+    """A full disk is infrastructure (exit 3, README "Exit codes"): nothing the user typed was wrong."""
+    return InfraError(message, fix=fix)
 
 
 def from_os_error(e: OSError) -> QVerifyError:
@@ -64,9 +89,9 @@ def from_os_error(e: OSError) -> QVerifyError:
 
     name = _errno.errorcode.get(e.errno or 0, "")
     where = e.filename if e.filename is not None else "a file"
+    if name in DISK_FULL:
+        return disk_full(f"writing {where}: {_OS_ERRORS[name][1]}")
     kind, what, fix = _OS_ERRORS.get(name, (InfraError, e.strerror or str(e), "check the path and the disk, then rerun"))
-    if name in ("ENOSPC", "EDQUOT"):
-        return kind(f"writing {where}: {what}", fix=fix)
     return kind(f"{where} {what}", fix=fix)
 
 

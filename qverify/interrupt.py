@@ -8,9 +8,10 @@ instead of Python's default (death without a word, the writers' buffers unflushe
 
 from __future__ import annotations
 
-import shlex
 import signal
 import threading
+
+from qverify.scrub import masked_command
 
 STOP = threading.Event()
 _received: list[int] = []  # the signals seen: typer turns any KeyboardInterrupt into a bare exit 130
@@ -32,7 +33,8 @@ def exit_code(signum: int) -> int:
 def resume_line(signum: int, argv: list[str]) -> str:
     """The one line printed on the way out: what stopped, and the command that resumes."""
     what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (Ctrl-C)"
-    return (f"{what}: every result written so far is kept; resume with `qverify {shlex.join(argv)}` "
+    # the password stays masked: the user puts it back (docs/security.md: messages never show it)
+    return (f"{what}: every result written so far is kept; resume with `qverify {masked_command(argv)}` "
             "(it continues where this stopped)")
 
 

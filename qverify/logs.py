@@ -24,8 +24,10 @@ class _LazyFileHandler(logging.FileHandler):
     breaks the command (its own errors are reported by the command's own writes)."""
 
     def _open(self):
+        from qverify.workdir import open_append  # here: this module loads before the heavy imports
+
         Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
-        return super()._open()
+        return open_append(Path(self.baseFilename), text=True)  # never through a symlink out of the workdir (#37)
 
     def handleError(self, record: logging.LogRecord) -> None:
         pass

@@ -13,9 +13,10 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from qverify.config import ERROR_BUDGET
+from qverify.strict import Record, Strict  # one base, one rule (unknown keys, nan/inf, booleans)
 
 Split = Literal["train", "validation", "test"]
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
@@ -56,8 +57,6 @@ def safe_name(value: str, what: str) -> str:
 DRAFTER_PREFIX = "drafter/"  # a build's drafter lives in its drafter/ folder (qverify.quantize.loader.DRAFTER_DIR)
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 # --------------------------------------------------------------------------- build
@@ -120,7 +119,7 @@ class BuildManifest(Strict):
 
             raise BadInput(f"build {self.build_id} loads its own Python code (trust_remote_code in build.json), "
                            "which was not allowed", fix="read that code in the build dir, then pass --trust-remote-code "
-                           "(or set trust_remote_code = true in qverify.toml)")
+                           "or set trust_remote_code = true in qverify.toml")
         return self.trust_remote_code
 
     def part_hashes(self, part: Literal["target", "drafter"]) -> dict[str, str]:
@@ -143,6 +142,8 @@ class ServingProfile(Strict):
     tp: int = 1
     flags: dict[str, Any] = Field(default_factory=dict, description="backend flags, e.g. SGLang CLI options")
     endpoint: str | None = None
+    served_model: str | None = Field(None, description="the model name an endpoint serves, declared by the user where "
+                                                       "the server names none (--served-model); runs record it as declared")
     api_key_env: str | None = Field(None, description="environment variable holding the API key (never the key)")
     command_prefix: str | None = Field(None, description="launcher template for multi-node, e.g. 'srun -N2 {cmd}'")
     chat_template_kwargs: dict[str, Any] = Field(
@@ -164,6 +165,7 @@ class ServingProfile(Strict):
 class Endpoint(Strict):
     base_url: str
     model: str
+    listed_models: list[str] = Field(default_factory=list, description="what the server's /v1/models listed")
     api_key: str = Field("EMPTY", exclude=True, repr=False)
 
 
@@ -209,7 +211,7 @@ class ToolCall(Strict):
     arguments: str = Field(description="raw JSON text as the server returned it")
 
 
-class Response(Strict):
+class Response(Record):
     content: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
     finish_reason: str | None = None
@@ -219,7 +221,7 @@ class Response(Strict):
     model: str | None = Field(None, description="the model name the server answered with")
 
 
-class Score(Strict):
+class Score(Record):
     """A scorer's verdict on one response. `values` are per-item metric values in [0,1] (or a distance)."""
 
     values: dict[str, float]
@@ -227,7 +229,7 @@ class Score(Strict):
     answer: str | None = Field(None, description="what was extracted from the response")
 
 
-class ItemResult(Strict):
+class ItemResult(Record):
     """One (item, replicate) outcome, one line of r<k>.jsonl."""
 
     item_id: str
@@ -248,8 +250,22 @@ class ItemResult(Strict):
 # --------------------------------------------------------------------------- eval
 
 
-class RunManifest(Strict):
+class RunManifest(Record):
     """Binds a run's results to everything they depend on."""
+
+    def model_identity(self) -> tuple[str, tuple[str, ...]] | None:
+        """Who answered, as the server says (`answered` names in its answers, else `listed` at /v1/models), or as
+        the user declared it (--served-model); None when an endpoint named no model and none was declared. A
+        server qverify launched from the build (local, sglang) is the build: its name is its build id."""
+        if self.answered_models:
+            return "answered", tuple(self.answered_models)
+        if self.listed_models:
+            return "listed", tuple(self.listed_models)
+        if self.serving.served_model:
+            return "declared", (self.serving.served_model,)
+        if self.serving.backend != "endpoint":
+            return "launched", (self.served_model or self.build_id,)
+        return None
 
     def served_other(self) -> list[str]:
         """Model names this run was served under that are not its build id: the gate refuses such a run."""
@@ -278,6 +294,7 @@ class RunManifest(Strict):
     served_model: str | None = Field(None, description="the model name requests asked for (the endpoint's pick when "
                                                         "the build id was not listed); None in runs made before it")
     answered_models: list[str] = Field(default_factory=list, description="model names the server's answers carried")
+    listed_models: list[str] = Field(default_factory=list, description="model names the server's /v1/models listed")
     started: str = Field(default_factory=utcnow)
     finished: str | None = None
 
@@ -287,7 +304,7 @@ class RunManifest(Strict):
 Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 
 
-class MetricResult(Strict):
+class MetricResult(Record):
     metric: str = Field(description="suite/metric, e.g. coding/pass@1")
     direction: Literal["higher", "lower"] = "higher"
     gated: bool = True
@@ -312,7 +329,7 @@ class MetricResult(Strict):
     details: dict[str, Any] = Field(default_factory=dict, description="noise model, band level, SE, McNemar, F1 floor, ...")
 
 
-class CandidateReport(Strict):
+class CandidateReport(Record):
     build_id: str
     recipe: str
     verdict: Verdict
@@ -327,7 +344,7 @@ class CandidateReport(Strict):
                                           "baseline's drafter, docs/gate.md)")
 
 
-class GateReport(Strict):
+class GateReport(Record):
     gate_id: str
     baseline: str
     baseline_recipe: str = "bf16"

@@ -14,7 +14,39 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-PLAIN_WIDTH = 80  # a CI log, `| tee`, `| less`: piped output stays readable at 80 columns (issue #30)
+PLAIN_WIDTH = 80  # a CI log, `| tee`, `| less`: piped output stays within 80 columns (README; the gate's too)
+
+
+class PipeConsole(Console):
+    """rich's Console, except that a closed pipe raises ClosedPipe (exit 141) instead of rich's SystemExit(1):
+    1 means a gate FAIL and nothing else (README, "Exit codes")."""
+
+    def on_broken_pipe(self) -> None:
+        from qverify.errors import ClosedPipe
+
+        self.quiet = True
+        silence_stdout()
+        raise ClosedPipe()
+
+
+def silence_stdout() -> None:
+    """Point fd 1 at /dev/null, so that the interpreter's flush at exit meets no closed pipe either
+    (Python's note on SIGPIPE: https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def stdout_is_closed() -> bool:
+    """Whether fd 1 is a pipe whose reader has gone (poll reports POLLERR on such a write end)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def plain_table(title: str, columns: list[str], rows: list[list[Any]], width: int = PLAIN_WIDTH) -> list[str]:
@@ -41,8 +73,8 @@ def plain_table(title: str, columns: list[str], rows: list[list[Any]], width: in
 class Output:
     json_mode: bool = False
     verbose: bool = False
-    console: Console = field(default_factory=lambda: Console(stderr=False))
-    err: Console = field(default_factory=lambda: Console(stderr=True))
+    console: Console = field(default_factory=lambda: PipeConsole(stderr=False))
+    err: Console = field(default_factory=lambda: PipeConsole(stderr=True))
 
     def data(self, obj: Any) -> None:
         """Machine-readable result: printed as JSON with --json, otherwise by the caller's table."""
@@ -62,6 +94,17 @@ class Output:
         for r in rows:
             t.add_row(*[("" if v is None else str(v)) for v in r])
         self.console.print(t)
+
+    def bullets(self, title: str, items: list[str]) -> None:
+        """A titled list, each item wrapped under its own bullet (a hanging indent), so a wrapped line never reads
+        as a bullet of its own; at the terminal's width, else PLAIN_WIDTH."""
+        if self.json_mode:
+            return
+        width = self.console.width if self.console.is_terminal else PLAIN_WIDTH
+        self.console.print(title, highlight=False, markup=False)
+        for item in items:
+            lines = textwrap.wrap(item, width - 4, break_on_hyphens=False) or [""]
+            self.console.print("  - " + "\n    ".join(lines), highlight=False, markup=False, soft_wrap=True)
 
     def info(self, msg: str) -> None:
         if not self.json_mode:

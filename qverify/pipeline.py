@@ -69,7 +69,8 @@ class EvalSpec:
 
 
 def serving_profile(sv: ServingConfig, backend: str | None = None, profile: str | None = None,
-                    endpoint: str | None = None, api_key_env: str | None = None) -> ServingProfile:
+                    endpoint: str | None = None, api_key_env: str | None = None,
+                    served_model: str | None = None) -> ServingProfile:
     """The serving profile from qverify.toml's [serving], flags overriding it: the one resolution that
     `qverify eval` and the gate (qverify.rounds, fixed and budgeted) both use.
 
@@ -80,7 +81,14 @@ def serving_profile(sv: ServingConfig, backend: str | None = None, profile: str 
 
     if backend is None and "backend" in sv.model_fields_set:
         backend = sv.backend
-    return resolve_profile(backend, profile or sv.profile, endpoint or sv.endpoint, api_key_env or sv.api_key_env)
+    prof = resolve_profile(backend, profile or sv.profile, endpoint or sv.endpoint, api_key_env or sv.api_key_env)
+    declared = served_model or sv.served_model
+    if declared:
+        if prof.backend != "endpoint":
+            raise BadInput(f"--served-model applies to the endpoint backend, not {prof.backend} (a server qverify "
+                           "launches serves the build under its id)", fix="drop --served-model")
+        prof = prof.model_copy(update={"served_model": declared})
+    return prof
 
 
 def token_counter(build_dir: Path, trust_remote_code: bool = False) -> Callable[[str], int]:
@@ -211,6 +219,14 @@ def suites_for_recipes(suites: list[str], recipes: list[str]) -> list[str]:
     from qverify.quantize.recipe import load_recipe
 
     if "greedy" not in suites and any(load_recipe(r).recipe.serving.requires_drafter for r in recipes):
+        return [*suites, "greedy"]
+    return suites
+
+
+def suites_for_builds(workdir: Workdir, suites: list[str], build_ids: list[str]) -> list[str]:
+    """suites_for_recipes for builds already made: their build.json records what their recipe implies."""
+    if "greedy" not in suites and any((m := workdir.build_manifest(b)) is not None and m.serving.get("requires_drafter")
+                                      for b in build_ids):
         return [*suites, "greedy"]
     return suites
 

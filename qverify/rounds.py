@@ -7,12 +7,91 @@ runner, server or quantizer (tests/test_structure.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from qverify.config import QVerifyConfig
 from qverify.errors import BadInput
 from qverify.gate.boundaries import LookLevels
 from qverify.gate.budget import Look, Plan, make_plan, run_sequence
 from qverify.models import GateReport
 from qverify.workdir import Workdir
+
+
+@dataclass(frozen=True)
+class GateAsk:
+    """What `qverify gate` was asked: builds by reference (`baseline` + `candidates`) or by recipe (`recipe`, else
+    the config's candidates, built when missing), the suites, and a budget or `fixed`."""
+
+    baseline: str | None = None
+    candidates: tuple[str, ...] = ()
+    recipe: str | None = None
+    suites: list[str] | None = None
+    budget: str | None = None
+    fixed: bool = False
+
+
+def gate(wd: Workdir, cfg: QVerifyConfig, ask: GateAsk, out, verbose: bool = False) -> GateReport:
+    """`qverify gate`'s flow, one default however the builds are named: budgeted rounds (the ask's budget, the
+    config's, else one sized from the tolerances) that resume whatever runs exist; `fixed` is one look at the
+    runs as they are. Writes gate.json; prints only progress (the command prints the verdict)."""
+    budget = ask.budget or cfg.budget  # the config's is validated when it is read, before any build
+    if ask.fixed and budget:
+        raise BadInput("--fixed and a budget are alternatives", fix="drop --fixed, or --budget / the config's budget")
+    base_id, cand_ids, suites = _builds_to_gate(wd, cfg, ask, out, verbose)
+    if not ask.fixed and budget is None:  # the default: the budgeted sequential gate (docs/gate.md)
+        budget = str(default_budget(cfg, suites or list(cfg.suites), 1 + len(cand_ids)))
+    with out.stdout_is_data():
+        report, _, _ = gate_builds(wd, cfg, base_id, cand_ids, suites, None if ask.fixed else budget,
+                                   show_progress=not out.json_mode, evaluate_fixed=ask.fixed and not ask.baseline,
+                                   warn=out.warn)
+    return report
+
+
+def decided_nothing(report: GateReport) -> bool:
+    """Every candidate refused (runs missing or not comparable) and no metric PASSed or FAILed: no release evidence."""
+    return all(c.integrity and not any(m.verdict in ("PASS", "FAIL") for m in c.metrics) for c in report.candidates)
+
+
+def upload_gate(wd: Workdir, report: GateReport, tracking_uri: str | None, out) -> int:
+    """The release review to MLflow after a gate: 0, or 3 when tracking failed (the verdict stands, a replay command is
+    printed). A gate that decided nothing is no release candidate, so it is not uploaded (exit 3 already says so)."""
+    from qverify.output import Output, PipeConsole
+    from qverify.reports.publish import report_after_gate
+
+    if decided_nothing(report):
+        out.warn(f"gate {report.gate_id} decided nothing, so it is not uploaded as a release candidate")
+        return 0
+    # the report step talks on stderr only, so `--json` stdout stays one document (the GateReport)
+    quiet = Output(json_mode=False, console=PipeConsole(stderr=True))
+    with out.stdout_is_data():  # MLflow's own prints too
+        return report_after_gate(wd, report.gate_id, tracking_uri, out=quiet)
+
+
+def _builds_to_gate(wd: Workdir, cfg: QVerifyConfig, ask: GateAsk, out, verbose: bool
+                    ) -> tuple[str, list[str], list[str] | None]:
+    """(baseline id, candidate ids, suites): named builds resolved, recipes built when missing. The suites are the
+    ones asked for, else the config's plus `greedy` when a candidate changes the drafter; a fixed look at named
+    builds keeps None (the suites the baseline ran, qverify.gate.gate.suites_to_gate)."""
+    from qverify.pipeline import suites_for_builds
+
+    if ask.baseline and ask.candidates:
+        if ask.recipe:
+            raise BadInput("--recipe and --baseline/--candidate are alternatives", fix="pass one or the other")
+        base_id = wd.resolve_build_id(ask.baseline)
+        cand_ids = [wd.resolve_build_id(c) for c in ask.candidates]
+        suites = ask.suites if ask.fixed else ask.suites or suites_for_builds(wd, list(cfg.suites), cand_ids)
+        return base_id, cand_ids, suites
+    if ask.baseline or ask.candidates:
+        raise BadInput("--baseline and --candidate go together", fix="pass both, or --recipe NAME, or neither (./qverify.toml)")
+    from qverify.logs import quiet_heavy_libraries
+    from qverify.pipeline import ensure_builds, suites_for_recipes
+
+    quiet_heavy_libraries(verbose)
+    cands = [ask.recipe] if ask.recipe else list(cfg.candidates)
+    suites = ask.suites or suites_for_recipes(list(cfg.suites), cands)
+    with out.stdout_is_data():
+        base_id, cand_ids = ensure_builds(wd, cfg, baseline=cfg.baseline, candidates=cands, out=out)
+    return base_id, cand_ids, suites
 
 
 def gate_builds(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[str], suites: list[str] | None,

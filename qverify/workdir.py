@@ -7,8 +7,10 @@ given by path) for a path or a manifest.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,33 @@ from qverify.models import SAFE_NAME, BuildManifest
 BUILD_MANIFEST = "build.json"
 GATE_REPORT = "gate.json"
 SEQUENCE_STATE = "sequence.json"
+
+
+def open_nofollow(path: Path, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
+    """os.open that never follows a symlink at `path` (O_NOFOLLOW): a file qverify writes or reads back in the
+    workdir (results, quarantine, logs) is the file itself, never one it points to outside (a symlinked r0.jsonl
+    had a file elsewhere truncated and overwritten with results). A symlink there is BadInput (exit 4)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise BadInput(f"{path} is a symlink; qverify never reads or writes workdir files through links",
+                           fix=f"remove the link `rm {path}` (qverify writes the file itself), or copy its target there")
+        raise
+
+
+def open_append(path: Path, text: bool = False):
+    """A log or results file opened for appending, never through a symlink (open_nofollow)."""
+    fd = open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    return os.fdopen(fd, "a", encoding="utf-8") if text else os.fdopen(fd, "ab", buffering=0)
+
+
+def is_regular_file(path: Path) -> bool:
+    """A regular file itself, not a symlink to one (nor a FIFO, socket or device)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def manifest_path(build_dir: Path) -> Path:

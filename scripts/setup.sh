@@ -28,10 +28,9 @@ $PIP install -q --upgrade pip >/dev/null
 # on local disk (PIP_FIND_LINKS); on a GPU host PyPI's torch==2.13.0 is the CUDA build.
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then echo "[setup] NVIDIA GPU: CUDA torch"; fi
 $PIP install -q "torch==2.13.0"
-$PIP install -q -e ".[dev]"
-# bfcl-eval without its vendor SDKs (its data and ast_checker work offline); sglang for its CLI parser only
-# (tests validate generated command lines, its kimi_k2 tool-call detector and its weight-name mapping against it;
-# serving uses SGLang's own virtualenv: scripts/setup_sglang.sh). partial-json-parser: the detector's import.
-$PIP install -q --no-deps "bfcl-eval==2026.3.23" "sglang==0.5.23" "triton==3.9.0"
-$PIP install -q orjson pybase64 msgspec pyzmq IPython "partial-json-parser==0.2.1.1.post7" "openai==3.57.0"
+$PIP install -q -e ".[dev,lmeval,humaneval,sglang-parser]"
+# What pip cannot resolve beside this environment, installed without dependencies: pyproject's [tool.qverify]
+# no-deps says which and why (bfcl-eval's vendor SDKs; sglang, whose serving uses scripts/setup_sglang.sh).
+mapfile -t NODEPS < <(.venv/bin/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["tool"]["qverify"]["no-deps"], sep="\n")')
+$PIP install -q --no-deps "${NODEPS[@]}"
 echo "[setup] ok: $(.venv/bin/qverify --version)"

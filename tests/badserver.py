@@ -4,6 +4,7 @@ Stdlib http.server rather than FastAPI: these must send bytes no framework would
 (invalid UTF-8, truncated JSON, HTML with a 200) and hang without answering.
 
   canned   every chat/completion request gets one valid, fixed answer (streamed too)
+  anonymous as canned, but the answers carry no `model` (and /v1/models is a 404): a server that names no model
   garbage  each distinct request body gets the next shape of GARBAGE (the same shape
            again on a retry), shape 0 being a valid answer; GETs answer garbage too
            except the health probe
@@ -16,13 +17,17 @@ Stdlib http.server rather than FastAPI: these must send bytes no framework would
            `post_times` records when each POST arrived
   echo     POSTs get a 400 whose body echoes the request's headers (the API key among them), as some
            gateways do in their error messages
+  echoenc  as echo, with the Authorization header echoed encoded: JSON-escaped the PHP way (`\\/`),
+           percent-encoded, and base64
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import zlib
+from urllib.parse import quote
 
 from tests.stubserver import StubHandler, StubServer
 
@@ -75,8 +80,10 @@ def _gzip_bomb(mb: int) -> bytes:
 
 
 class BadServer:
-    def __init__(self, mode: str = "canned", hang_s: float = 60.0, huge_mb: int = 256, retry_after: str = "2"):
+    def __init__(self, mode: str = "canned", hang_s: float = 60.0, huge_mb: int = 256, retry_after: str = "2",
+                 content: str = CODE):
         self.mode, self.hang_s, self.huge_mb, self.retry_after = mode, hang_s, huge_mb, retry_after
+        self.content = content  # the canned answer
         self.posts = 0
         self.post_times: list[float] = []
         # the bomb is built once: 1 MB of gzip that decodes to huge_mb MB of spaces (valid JSON whitespace)
@@ -105,6 +112,11 @@ class BadServer:
                     return self._hostile(body)
                 req = json.loads(body or b"{}")
                 streamed = bool(req.pop("stream", False))
+                if outer.mode == "echoenc":
+                    auth = self.headers.get("Authorization", "")
+                    forms = [json.dumps(auth).replace("/", "\\/"), quote(auth, safe=""),
+                             base64.b64encode(auth.encode()).decode()]
+                    return self._send(400, "application/json", ('{"error": "bad auth %s"}' % " ".join(forms)).encode())
                 if outer.mode == "echo":
                     headers = json.dumps(dict(self.headers.items()))
                     return self._send(400, "application/json", json.dumps({"error": f"bad request {headers}"}).encode())
@@ -114,10 +126,13 @@ class BadServer:
                         return self._send(200, "application/json", completion())
                     except OSError:  # the client gave up long ago
                         return None
+                if outer.mode == "anonymous":
+                    answer = {k: v for k, v in json.loads(completion(outer.content)).items() if k != "model"}
+                    return self._send(200, "application/json", json.dumps(answer).encode())
                 if outer.mode == "canned":
                     if streamed:
-                        return self._send(200, "text/event-stream", stream())
-                    return self._send(200, "application/json", completion())
+                        return self._send(200, "text/event-stream", stream(outer.content))
+                    return self._send(200, "application/json", completion(outer.content))
                 req.pop("stream_options", None)
                 n = outer.seen.setdefault(json.dumps(req, sort_keys=True).encode(), len(outer.seen))
                 if streamed:

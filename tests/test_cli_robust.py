@@ -132,7 +132,7 @@ def gated_wd(tmp_path_factory) -> Path:
     return wd
 
 
-GATE = ("gate", "--no-report", "--baseline", "base", "--candidate", "cand", "--suites", "coding")
+GATE = ("gate", "--no-report", "--fixed", "--baseline", "base", "--candidate", "cand", "--suites", "coding")
 
 
 def test_workdir_that_is_a_file_is_bad_input(tmp_path):

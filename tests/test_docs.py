@@ -121,3 +121,72 @@ def test_relative_links_resolve(doc: Path):
 def test_readme_test_command_is_what_ci_runs():
     assert "bash scripts/test.sh" in README.read_text()
     assert "scripts/test.sh" in (ROOT / ".ci/run").read_text()
+
+
+# a backticked repository path: starts at a top-level folder of the repository (or is a top-level file), no spaces
+_REPO_PATH = re.compile(r"`((?:qverify|tests|docs|benchmarks|scripts|\.ci)/[A-Za-z0-9_./*-]+|README\.md|pyproject\.toml)"
+                        r"(?::[0-9-]+)?`")
+
+
+def repo_paths(text: str) -> list[str]:
+    """Backticked paths into this repository in prose (code blocks left out: they show commands, not claims)."""
+    return [p.rstrip("/.") for p in _REPO_PATH.findall("\n".join(_without_fences(text)))]
+
+
+def test_repo_path_rule_sees_paths_not_commands():
+    assert repo_paths("see `qverify/gate/sequential.py` and `tests/x/` but not `qverify gate`") == \
+        ["qverify/gate/sequential.py", "tests/x"]
+
+
+@pytest.mark.parametrize("doc", [README, *DOCS, ROOT / "benchmarks" / "README.md"], ids=lambda p: p.name)
+def test_backticked_repository_paths_exist(doc: Path):
+    """Issue 36.3: README's code map named the deleted gate/sequential.py, docs/eval.md a test file that does not
+    exist. A path in backticks is a claim that it exists (globs must match something)."""
+    # `qverify/x/mod.attr` names an attribute of qverify/x/mod.py
+    missing = [p for p in repo_paths(doc.read_text()) if not any(ROOT.glob(p)) and not any(ROOT.glob(p.rsplit(".", 1)[0] + ".py"))]
+    assert not missing, f"{doc.name} names paths that do not exist: {missing}"
+
+
+# "<number> FP8 KV tokens per replica" / "<n> sessions of 100k": the one capacity figure docs quote (issue 36.3)
+_KV_TOKENS = re.compile(r"([0-9][0-9,.]*)\s*(k|M)?\s+(?:FP8\s+)?(?:KV\s+)?tokens per replica", re.IGNORECASE)
+_SESSIONS = re.compile(r"\b([0-9]+) sessions of 100k")
+
+
+def _tokens(number: str, unit: str | None) -> float:
+    return float(number.replace(",", "")) * {"k": 1e3, "m": 1e6}.get((unit or "").lower(), 1)
+
+
+def test_the_kv_capacity_figure_is_the_planners_and_the_same_everywhere():
+    """docs/capacity.md's worked example is the one place the K2.6 figure lives, recomputed here; README and docs/
+    link to it. Any other mention of K2.6's FP8 KV tokens per replica or sessions of 100k must agree (before: 315k
+    and 3 in README, 965,574 and 9 in docs/serve.md)."""
+    from qverify.capacity import plan
+    from qverify.capacity.sources import load_config
+    from qverify.serve.profile import load_profile
+
+    p = plan(load_config("kimi-k2.6")[0], "fp8kv_nvfp4shared", gpu="b200", tp=4,
+             mem_fraction=load_profile("kimi-k2.6").flags["mem_fraction_static"])
+    capacity = (ROOT / "docs" / "capacity.md").read_text()
+    assert f"| {p.kv_tokens_per_replica:,} (" in capacity and f"| {p.sessions_at_context}, with {p.margin.spare_tokens:,}" \
+        in capacity, "docs/capacity.md's K2.6 table is not what the planner computes"
+    for doc in (README, *DOCS):
+        for para in re.split(r"\n\s*\n", "\n".join(_without_fences(doc.read_text()))):
+            if "K2.6" not in para and "Kimi" not in para:
+                continue
+            for number, unit in _KV_TOKENS.findall(_norm(para)):
+                assert abs(_tokens(number, unit) - p.kv_tokens_per_replica) <= 0.01 * p.kv_tokens_per_replica, (doc.name, para)
+            for n in _SESSIONS.findall(_norm(para)):
+                assert int(n) == p.sessions_at_context, (doc.name, para)
+
+
+def test_readmes_qverify_toml_loads_and_its_kimi_model_gets_kimis_profile(tmp_path):
+    """Issue 36.1: the example paired model /models/kimi-k2.6 with profile b200-tp4, which leaves Kimi's thinking on
+    (answers cut at `length`, empty content), and had no trust_remote_code although Kimi's tokenizer is its own code."""
+    from qverify.config import load_config
+    from qverify.serve.profile import load_profile
+
+    example = re.search(r"### qverify\.toml.*?```toml\n(.*?)\n```", README.read_text(), re.DOTALL)[1]
+    (tmp_path / "qverify.toml").write_text(example)
+    cfg = load_config(tmp_path / "qverify.toml")
+    assert "kimi" in str(cfg.model).lower() and cfg.trust_remote_code
+    assert load_profile(cfg.serving.profile).chat_template_kwargs == {"thinking": False}

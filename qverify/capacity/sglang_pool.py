@@ -31,17 +31,6 @@ CUDA_CONTEXT_BYTES = int(2.5 * GIB)
 # SGLANG_VLM_CACHE_SIZE_MB defaults to 100 (srt/environ.py): reserved out of the pool for a multimodal model
 # (1 GiB more only with --mm-feature-transport cuda_ipc/cuda_vmm, which qverify's profiles do not set).
 VLM_CACHE_BYTES = 100 * MIB
-# memory_hook.py: with no --mem-fraction-static, SGLang reserves at least 10 GiB on GPUs over 60 GB.
-FLOOR_RESERVE_MIB = 10 * 1024
-
-
-def default_mem_fraction(hbm_bytes: int) -> float:
-    """SGLang's derived --mem-fraction-static at its 10 GiB floor: round((gpu_mem - reserved) / gpu_mem, 3).
-
-    The floor wins for typical chunked-prefill sizes on >60 GB GPUs; a larger chunked prefill or many CUDA
-    graphs reserve more (memory_hook.py `_handle_gpu_memory_settings`)."""
-    mib = hbm_bytes / MIB
-    return round((mib - FLOOR_RESERVE_MIB) / mib, 3)
 
 
 def pool_bytes(pre_model_load: int, weights_per_gpu: int, mem_fraction: float, multimodal: bool) -> int:
@@ -49,6 +38,18 @@ def pool_bytes(pre_model_load: int, weights_per_gpu: int, mem_fraction: float, m
     available = pre_model_load - weights_per_gpu
     slack = pre_model_load * (1 - mem_fraction)
     return int(available - slack - (VLM_CACHE_BYTES if multimodal else 0))
+
+
+def absorbed_copies_bytes(config: dict[str, Any], tp: int) -> int:
+    """Per GPU: the bf16 `w_kc` / `w_vc` copies of each layer's kv_b_proj SGLang's DeepSeek loader keeps beside it
+    for MLA's absorbed decode (srt/models/deepseek_common/deepseek_weight_loader.py:762-819): heads/tp x
+    kv_lora_rank x (qk_nope_head_dim + v_head_dim) x 2 B per layer, about 0.26 GB per GPU at K2.6 on TP4."""
+    cfg = text_config(config)
+    if not cfg.get("kv_lora_rank"):
+        return 0
+    heads = -(-int(need(cfg, "num_attention_heads")) // tp)
+    width = int(need(cfg, "qk_nope_head_dim")) + int(need(cfg, "v_head_dim"))
+    return int(need(cfg, "num_hidden_layers")) * heads * int(cfg["kv_lora_rank"]) * width * 2
 
 
 def cell_bytes(target_cell: int, target_layers: int, draft_layers: int) -> int:

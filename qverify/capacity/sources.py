@@ -10,7 +10,8 @@ from typing import Any
 from qverify.capacity.quantplan import QuantPlan
 from qverify.capacity.weights import WeightsEstimate, checkpoint_weights
 from qverify.errors import BadInput
-from qverify.workdir import BUILD_MANIFEST, is_build, manifest_path
+from qverify.models import BuildManifest
+from qverify.workdir import BUILD_MANIFEST
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -46,8 +47,8 @@ def load_config(arg: str) -> tuple[dict[str, Any], str]:
     return cfg, str(cfg.get("_name_or_path") or fallback)
 
 
-def _kv_dtype(manifest: dict[str, Any], config: dict[str, Any]) -> str:
-    declared = str(manifest.get("kv_dtype") or "").lower()
+def _kv_dtype(declared: str, config: dict[str, Any]) -> str:
+    declared = declared.lower()
     if declared:
         return "fp8" if "fp8" in declared or "e4m3" in declared else "bf16"
     kv = (config.get("quantization_config") or {}).get("kv_cache_scheme") or {}
@@ -64,23 +65,20 @@ class BuildInputs:
     drafter_weights: WeightsEstimate | None = None
 
 
-def load_build(arg: str, builds_dir: Path) -> BuildInputs:
-    """A build id under <workdir>/builds/, or any directory with config.json and *.safetensors."""
-    d = Path(arg) if Path(arg).is_dir() else builds_dir / arg
-    if not d.is_dir():
-        raise BadInput(f"no build {arg!r} in {builds_dir} and no such directory",
-                       fix="pass a build id from 'qverify builds', a checkpoint directory, or --config CONFIG.json")
+def load_build(d: Path, manifest: BuildManifest | None) -> BuildInputs:
+    """A resolved build directory (qverify.workdir.Workdir.resolve_build) with its manifest, or a Hugging Face
+    checkpoint directory (manifest None)."""
     if not (d / "config.json").is_file():
         raise BadInput(f"{d} has no config.json", fix="pass a build or Hugging Face checkpoint directory")
     config = read_json(d / "config.json", "config")
-    manifest = read_json(manifest_path(d), "build manifest") if is_build(d) else {}
-    recipe = str(manifest.get("recipe") or "checkpoint")
-    source = BUILD_MANIFEST if manifest.get("kv_dtype") else "config.json quantization_config"
-    quant = QuantPlan(name=recipe, kv_dtype=_kv_dtype(manifest, config), source=source)
+    recipe = manifest.recipe if manifest else "checkpoint"
+    source = BUILD_MANIFEST if manifest else "config.json quantization_config"
+    kv = manifest.kv_dtype if manifest else ""
+    quant = QuantPlan(name=recipe, kv_dtype=_kv_dtype(kv, config), source=source)
     draft = d / "drafter"
     has_drafter = (draft / "config.json").is_file()
     return BuildInputs(
-        config=config, weights=checkpoint_weights(d), quant=quant, name=str(manifest.get("build_id") or d.name),
+        config=config, weights=checkpoint_weights(d), quant=quant, name=manifest.build_id if manifest else d.name,
         drafter_config=read_json(draft / "config.json", "drafter config") if has_drafter else None,
         drafter_weights=checkpoint_weights(draft) if has_drafter else None,
     )

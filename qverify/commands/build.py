@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import BUILD_REF_HELP, ConfigOpt, Count, TrustOpt, state
+from qverify.commands._common import BUILD_REF_HELP, ConfigOpt, Count, RecipeOpt, TrustOpt, state, trusted
 
 
 def _quiet(verbose: bool) -> None:
@@ -19,7 +19,7 @@ def _quiet(verbose: bool) -> None:
 
 def build_cmd(
     ctx: typer.Context,
-    recipe: Annotated[str, typer.Option("--recipe", help="built-in recipe name (qverify recipes) or a recipe YAML file")],
+    recipe: RecipeOpt,
     model: Annotated[Path | None, typer.Option("--model", help="local HF model dir (default: the embedded qverify-tiny)")] = None,
     drafter: Annotated[Path | None, typer.Option("--drafter", help="drafter model dir (default: <model>/drafter if present)")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="build dir (default: <workdir>/builds/<build-id>)")] = None,
@@ -27,7 +27,8 @@ def build_cmd(
     calib_samples: Annotated[int | None, typer.Option("--calib-samples", callback=Count, help="calibration samples (default: the recipe's)")] = None,
     calib_seq_len: Annotated[int | None, typer.Option("--calib-seq-len", callback=Count, help="tokens per calibration sample (default: the recipe's)")] = None,
     force: Annotated[bool, typer.Option("--force", help="rebuild even if the same build exists")] = False,
-    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="allow the model's own code (e.g. Kimi's tokenization_kimi.py); recorded in build.json")] = False,
+    trust_remote_code: TrustOpt = False,
+    config: ConfigOpt = None,
 ) -> None:
     """Build a serving build from a recipe with llm-compressor, then verify it loads exactly."""
     s = state(ctx)
@@ -53,7 +54,7 @@ def build_cmd(
     try:
         res = build(recipe, model=model, drafter=drafter, workdir=s.workdir.root, out=out, calib_data=calib_data,
                     calib_samples=calib_samples, calib_seq_len=calib_seq_len, force=force,
-                    trust_remote_code=trust_remote_code, on_stage=on_stage)
+                    trust_remote_code=trusted(trust_remote_code, config), on_stage=on_stage)
     finally:
         if status:
             status.stop()
@@ -94,6 +95,10 @@ def builds_cmd(ctx: typer.Context) -> None:
                      "size_bytes": size, "kv_bytes_per_token": m.kv_bytes_per_token, "created": m.created, "dir": str(d)})
     s.out.table(f"builds ({root})", ["id", "recipe", "source", "size", "KV B/token", "created"], rows)
     s.out.data(data)
+    if not rows and not s.out.json_mode:
+        for line in ("no builds yet; make one with: qverify build --recipe NAME",
+                     "(qverify recipes lists them; the default model is the embedded qverify-tiny)"):
+            s.out.console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def verify_build_cmd(
@@ -105,11 +110,9 @@ def verify_build_cmd(
     """Check a build's file/tensor hashes against build.json and reload it with the serving loader."""
     s = state(ctx)
     _quiet(s.verbose)
-    from qverify.config import load_config
     from qverify.quantize.loader import verify_build
 
-    report = verify_build(s.workdir.resolve_build(build)[0],
-                          trust_remote_code or load_config(Path(config) if config else None).trust_remote_code)
+    report = verify_build(s.workdir.resolve_build(build)[0], trusted(trust_remote_code, config))
     s.out.data(report.model_dump())
     if not s.out.json_mode:
         s.out.console.print(f"[green]OK[/green] {report.build_id}: {report.hashed} hashes match build.json, "

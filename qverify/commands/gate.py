@@ -11,7 +11,16 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import BUILD_REF_HELP, SEED_SALT_HELP, ConfigOpt, JsonOpt, SeedSalt, state
+from qverify.commands._common import (
+    BaselineOpt,
+    ConfigOpt,
+    RecipeOpt,
+    SeedSaltOpt,
+    SuitesOpt,
+    TrackingUriOpt,
+    TrustOpt,
+    state,
+)
 
 
 def _check_budget(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
@@ -25,12 +34,11 @@ def _check_budget(ctx: typer.Context, param: typer.CallbackParam, value: str | N
 
 def gate_cmd(
     ctx: typer.Context,
-    baseline: Annotated[str | None, typer.Option("--baseline", help="baseline: " + BUILD_REF_HELP)] = None,
+    baseline: BaselineOpt = None,
     candidate: Annotated[list[str] | None, typer.Option("--candidate", help="candidate (the same forms); repeat for several")] = None,
-    recipe: Annotated[str | None, typer.Option("--recipe", help="build + eval + gate this recipe against the config's baseline")] = None,
+    recipe: RecipeOpt = None,  # built, evaluated and gated against the config's baseline
     config: ConfigOpt = None,
-    suites: Annotated[str | None, typer.Option("--suites", help="comma-separated suites (default: the config's that the baseline ran)")] = None,
-    json_out: JsonOpt = False,  # the GateReport
+    suites: SuitesOpt = None,
     budget: Annotated[str | None, typer.Option("--budget", callback=_check_budget, help="gate in rounds within this budget: a request count "
                                                             "(default: sized from the suites' tolerances) or a time (10m, 90s: its looks "
                                                             "then depend on the machine's speed); stops when decided, resumes")] = None,
@@ -39,80 +47,55 @@ def gate_cmd(
     family_wise: Annotated[bool, typer.Option("--family-wise", help="several candidates: test each at alpha/m "
                                                                    "(Bonferroni), so picking whichever PASSes keeps a "
                                                                    "false PASS <= alpha")] = False,
-    seed_salt: Annotated[int | None, typer.Option("--seed-salt", callback=SeedSalt, help=SEED_SALT_HELP + " (for the runs "
-                                                  "this gate evaluates)")] = None,
+    seed_salt: SeedSaltOpt = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="skip the MLflow upload and review report")] = False,
-    tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: sqlite in the workdir)")] = None,
+    tracking_uri: TrackingUriOpt = None,
+    trust_remote_code: TrustOpt = False,
 ) -> None:
     """Decide PASS / FAIL / INCONCLUSIVE against run-to-run noise."""
     from qverify.config import load_config
-    from qverify.errors import BadInput
     from qverify.gate import exit_code
-    from qverify.gate.render import render, render_looks
+    from qverify.rounds import GateAsk, gate, upload_gate
 
     s = state(ctx)
-    if json_out:
-        s.out.json_mode = True
     cfg = load_config(Path(config) if config else None)
     if seed_salt is not None:
         cfg = cfg.model_copy(update={"seed_salt": seed_salt})
     if family_wise:
         cfg = cfg.model_copy(update={"family_wise": True})
-    budget = budget or cfg.budget  # the config's is validated when it is read, before any build
-    if fixed and budget:
-        raise BadInput("--fixed and a budget are alternatives", fix="drop --fixed, or --budget / the config's budget")
+    if trust_remote_code:
+        cfg = cfg.model_copy(update={"trust_remote_code": True})
     names = [x.strip() for x in suites.split(",") if x.strip()] if suites else None
-    if baseline and candidate:
-        fixed = fixed or budget is None  # existing runs, no budget: gate them as they are
-        if recipe:
-            raise BadInput("--recipe and --baseline/--candidate are alternatives", fix="pass one or the other")
-        base_id = s.workdir.resolve_build_id(baseline)
-        cand_ids = [s.workdir.resolve_build_id(c) for c in candidate]
-    elif baseline or candidate:
-        raise BadInput("--baseline and --candidate go together", fix="pass both, or --recipe NAME, or neither (./qverify.toml)")
-    else:  # --recipe NAME, or ./qverify.toml's candidates: build and evaluate what is missing
-        from qverify.logs import quiet_heavy_libraries
-        from qverify.pipeline import ensure_builds, suites_for_recipes
-
-        quiet_heavy_libraries(s.verbose)
-
-        cands = [recipe] if recipe else list(cfg.candidates)
-        names = names or suites_for_recipes(list(cfg.suites), cands)
-        if not fixed and budget is None:  # the default: the budgeted sequential gate (docs/gate.md)
-            from qverify.rounds import default_budget
-
-            budget = str(default_budget(cfg, names, 1 + len(cands)))
-        with s.out.stdout_is_data():
-            base_id, cand_ids = ensure_builds(s.workdir, cfg, baseline=cfg.baseline, candidates=cands, out=s.out)
-    from qverify.rounds import gate_builds
-
-    with s.out.stdout_is_data():
-        report, _, _ = gate_builds(s.workdir, cfg, base_id, cand_ids, names, None if fixed else budget,
-                                   show_progress=not s.out.json_mode, evaluate_fixed=fixed and not baseline,
-                                   warn=s.out.warn)
+    ask = GateAsk(baseline=baseline, candidates=tuple(candidate or ()), recipe=recipe, suites=names, budget=budget,
+                  fixed=fixed)
+    report = gate(s.workdir, cfg, ask, out=s.out, verbose=s.verbose)
+    # gate.json is written (rounds.gate) and the upload done before anything is printed: a reader that closes the
+    # pipe early (`| head -1`) ends the printing (exit 141), never the upload
+    code = exit_code(report)
+    if cfg.report and not no_report:
+        # a tracking failure never changes the verdict; it only turns a PASS's exit code into 3 (infrastructure)
+        rc = upload_gate(s.workdir, report, tracking_uri or cfg.tracking_uri, s.out)
+        if rc and code == 0:
+            code = rc
     if s.out.json_mode:
         s.out.data(report.model_dump(mode="json"))
     else:
-        render(report, s.out.console)
-        render_looks(report, s.out.console)
+        _show(report, s.out.console)
         s.out.info(f"wrote {s.workdir.gate_report_path(report.gate_id)}")
-    code = exit_code(report)
-    if cfg.report and not no_report:
-        # A tracking failure never changes the verdict; it only turns a PASS's exit code into 3 (infrastructure),
-        # so automation notices that the release review was not uploaded. The replay command is printed.
-        from rich.console import Console
-
-        from qverify.output import Output
-        from qverify.reports.publish import report_after_gate
-
-        # the report step talks on stderr only, so `--json` stdout stays one document (the GateReport)
-        quiet = Output(json_mode=False, console=Console(stderr=True))
-        with s.out.stdout_is_data():  # MLflow's own prints too
-            rc = report_after_gate(s.workdir, report.gate_id, tracking_uri or cfg.tracking_uri, out=quiet)
-        if rc and code == 0:
-            code = rc
     raise typer.Exit(code)
 
 
+def _show(report, console) -> None:
+    from qverify.gate.render import render, render_compact, render_looks
+    from qverify.output import PLAIN_WIDTH
+
+    if console.is_terminal:
+        render(report, console)
+    else:  # piped: README's one width promise for non-TTY output
+        render_compact(report, console, width=PLAIN_WIDTH)
+    render_looks(report, console)
+
+
 def register(app: typer.Typer) -> None:
-    app.command("gate", help="Decide PASS / FAIL / INCONCLUSIVE against run-to-run noise.")(gate_cmd)
+    app.command("gate", help="Decide PASS / FAIL / INCONCLUSIVE against run-to-run noise. --recipe NAME builds, "
+                "evaluates and gates one recipe against qverify.toml's baseline.")(gate_cmd)

@@ -12,24 +12,30 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import state
-
-TrackingUriOpt = Annotated[str | None, typer.Option("--tracking-uri", help="MLflow server or DB (default: MLFLOW_TRACKING_URI, else sqlite in the workdir)")]
+from qverify.commands._common import BaselineOpt, ConfigOpt, TrackingUriOpt, TrustOpt, state
 
 
 def report_cmd(
     ctx: typer.Context,
     gate: Annotated[str | None, typer.Option("--gate", help="gate id (a folder under <workdir>/gates/)")] = None,
     compare: Annotated[bool, typer.Option("--compare", help="rank every candidate gated against a baseline, from MLflow")] = False,
-    baseline: Annotated[str | None, typer.Option("--baseline", help="with --compare: baseline build id (prefix) or recipe; default the latest gate's")] = None,
+    baseline: BaselineOpt = None,
     tracking_uri: TrackingUriOpt = None,
     no_registry: Annotated[bool, typer.Option("--no-registry", help="do not register PASSing builds in the model registry")] = False,
+    trust_remote_code: TrustOpt = False,  # accepted as by every command that takes a build; a report runs none of its code
+    config: ConfigOpt = None,
 ) -> None:
     """Upload a gate to MLflow and write the release-review report."""
     from qverify.errors import BadInput
     from qverify.reports.publish import show_upload, stage_and_upload
 
     st = state(ctx)
+    if tracking_uri is None:  # as the gate's upload does: the flag, else qverify.toml's
+        from pathlib import Path
+
+        from qverify.config import load_config
+
+        tracking_uri = load_config(Path(config) if config else None).tracking_uri
     if compare == (gate is not None):
         raise BadInput("give exactly one of --gate ID or --compare", fix="e.g. 'qverify report --gate GATE_ID' or 'qverify report --compare'")
     if baseline and not compare:
@@ -44,9 +50,11 @@ def report_cmd(
     df = rank(st.workdir.root, baseline, tracking_uri)
     st.out.data(df.to_dict(orient="records"))
     fmt = lambda v, f: "–" if v is None or math.isnan(v) else f.format(v)
-    st.out.table(f"candidates against baseline {df['baseline'].iloc[0][:12] if len(df) else '?'}",
-                 ["rank", "recipe", "build", "verdict", "KV tokens ×", "weights Δ", "worst Δ/band", "gate"],
-                 [[r["rank"], r["recipe"], str(r["build_id"])[:12], r["verdict"], fmt(r["kv_tokens_ratio"], "{:.2f}"),
+    # whole ids: a cut one (as_shipped-a) is no id any command takes; Δ/tolerance is upload._worst_ratio
+    st.out.table(f"candidates against baseline {df['baseline'].iloc[0] if len(df) else '?'}",
+                 ["rank", "recipe", "build", "verdict", "KV tokens ×", "weights Δ", "worst Δ/tolerance", "gate"],
+                 [[r["rank"], r["recipe"], str(r["build_id"]),
+                   r["verdict"] + (" (decided nothing)" if r.get("n_decided") == 0 else ""), fmt(r["kv_tokens_ratio"], "{:.2f}"),
                    fmt(r["weights_change"], "{:+.1%}"), fmt(r["worst_delta_ratio"], "{:+.2f}"), r["gate_id"]]
                   for r in df.to_dict(orient="records")])
 

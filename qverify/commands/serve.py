@@ -5,18 +5,26 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from qverify.commands._common import BUILD_REF_HELP, ConfigOpt, Port, Seconds, TrustOpt, state
+from qverify.commands._common import (
+    BUILD_REF_HELP,
+    BackendOpt,
+    ConfigOpt,
+    EndpointOpt,
+    KeyEnvOpt,
+    PortOpt,
+    ProfileOpt,
+    Seconds,
+    TrustOpt,
+    state,
+    trusted,
+)
 
-BackendOpt = Annotated[str | None, typer.Option("--backend", help="local (CPU, default), sglang, or endpoint")]
-ProfileOpt = Annotated[str | None, typer.Option("--profile", help="built-in profile name (b200-tp4, h200-tp1, local) or a YAML file")]
-PortOpt = Annotated[int | None, typer.Option("--port", callback=Port, help="port to serve on (default: a free one)")]
-EndpointOpt = Annotated[str | None, typer.Option("--endpoint", help="URL of a running server or router (endpoint backend)")]
-KeyEnvOpt = Annotated[str | None, typer.Option("--api-key-env", help="environment variable holding the API key")]
+
+DRY_RUN_PORT = 30000  # SGLang's own default --port (srt/arg_groups/arg_utils.py:24)
 
 
 def serve_cmd(
@@ -34,22 +42,22 @@ def serve_cmd(
     config: ConfigOpt = None,
 ) -> None:
     """Serve a build over an OpenAI-compatible API (local, sglang, endpoint)."""
-    from qverify.config import load_config
     from qverify.errors import InfraError
     from qverify.scrub import shown_url
     from qverify.serve import get_backend
-    from qverify.serve.base import free_port, tail
+    from qverify.serve.base import tail
     from qverify.serve.profile import resolve_profile
 
     s = state(ctx)
     prof = resolve_profile(backend, profile, endpoint, api_key_env)
     build_dir, manifest = s.workdir.resolve_build(build)
-    trusted = trust_remote_code or load_config(Path(config) if config else None).trust_remote_code
-    srv = get_backend(prof.backend)(build_dir, manifest, prof, s.workdir.logs, port=port, trust_remote_code=trusted)
+    srv = get_backend(prof.backend)(build_dir, manifest, prof, s.workdir.logs, port=port,
+                                    trust_remote_code=trusted(trust_remote_code, config))
 
     if dry_run:
         if srv.port is None and prof.backend != "endpoint":
-            srv.port = free_port()  # so the printed command is a runnable one
+            # a fixed port, so the dry run prints the exact command each time (a launch without --port picks a free one)
+            srv.port = DRY_RUN_PORT
         lines = srv.shell_lines()
         if s.out.json_mode:
             s.out.data({"backend": prof.backend, "profile": prof.name, "commands": lines, "command": srv.command()})

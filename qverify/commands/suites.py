@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from qverify.commands._common import Count, state
+from qverify.commands._common import Count, SourceOpt, SplitOpt, state
 
 suites_app = typer.Typer(help="List suites and show example items.", no_args_is_help=True)
 
@@ -38,8 +38,8 @@ def show(
     ctx: typer.Context,
     name: str,
     n: Annotated[int, typer.Option("--n", callback=Count, help="how many items")] = 3,
-    split: Annotated[str, typer.Option(help="test, validation or train")] = "test",
-    source: Annotated[str, typer.Option(help="synthetic, or the suite's real-data source")] = "synthetic",
+    split: SplitOpt = "test",
+    source: SourceOpt = None,
 ) -> None:
     """Print example items of a suite."""
     from qverify.errors import BadInput
@@ -49,6 +49,7 @@ def show(
     if split not in ("test", "validation", "train", "held-out"):  # held-out: the old name of test
         raise BadInput(f"unknown split {split!r}", fix="use --split test, validation or train")
     suite = get_suite(name)
+    source = source or "synthetic"
     if source not in suite.sources:
         raise BadInput(f"suite {name} has no source {source!r}", fix=f"use one of: {', '.join(suite.sources)}")
     items = suite.items(split, n, source=source)[:n]

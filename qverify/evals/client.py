@@ -18,6 +18,7 @@ import httpx
 
 from qverify.evals.body import (
     ACCEPT_ENCODING,
+    IN_FLIGHT,
     MAX_BODY_BYTES,
     MAX_ERROR_BODY_BYTES,
     BodyTooLarge,
@@ -103,6 +104,15 @@ def parse_completion(data: Any) -> Response:
                     logprobs=rows, meta_info=_meta(ch, data), model=_model(data))
 
 
+def _parsed(raw: bytes, kind: str) -> tuple[Response | None, str | None]:
+    """(the response, None), or (None, why) for a 200 whose body is not a completion (this item's bad_response)."""
+    try:
+        data = json.loads(raw)
+        return (parse_chat(data) if kind == "chat" else parse_completion(data)), None
+    except Exception as e:  # noqa: BLE001 - any body that is not a completion is this item's error
+        return None, f"{type(e).__name__}: {e}"[:200]
+
+
 @dataclass(frozen=True)
 class Timeouts:
     """Client timeouts in seconds: to connect, between bytes, and for one item in total (retries included)."""
@@ -182,65 +192,53 @@ class Client:
         err, detail = "connection", None
         for attempt in range(1, self.retries + 2):
             tries[0] = attempt
-            t = await self._attempt(path, body, kind)
-            err, detail = t.error, t.detail
-            if t.final:
-                return CallResult(t.response, t.error, time.perf_counter() - t0, attempt, t.detail)
-            if t.bad_body:  # once more in case a proxy cut it short; a broken server stays broken
+            wait = None
+            try:
+                with IN_FLIGHT.share() as held:  # the raw body counts in the process-wide budget until it is parsed
+                    async with self.http.stream("POST", path, json=body) as r:
+                        ok = r.status_code == 200
+                        raw = await read_capped(r, MAX_BODY_BYTES if ok else MAX_ERROR_BODY_BYTES, strict=ok, held=held)
+                    if ok:
+                        resp, bad = _parsed(raw, kind)
+                        raw = b""  # nothing of an answer stays held past its share
+                if ok:
+                    if bad is None:
+                        return CallResult(resp, None, time.perf_counter() - t0, attempt)
+                    err, detail = "bad_response", bad
+                    if attempt >= 2:  # once more in case a proxy cut it short; a broken server stays broken
+                        break
+                    await asyncio.sleep(self.backoff_s)
+                    continue
+                text = raw.decode("utf-8", "replace")
+                detail = text[:300]
+                if r.status_code not in RETRY_STATUS:
+                    err = _classify_400(text) if r.status_code == 400 else f"http_{r.status_code}"
+                    return CallResult(None, err, time.perf_counter() - t0, attempt, detail)
+                err = "http_429" if r.status_code == 429 else "http_5xx"
+                wait = retry_after_s(r)
+            except (httpx.DecodingError, BodyTooLarge) as e:
+                # a body that does not decode (gzip on plain bytes) or is too big: this item's answer is bad,
+                # never a crash of the whole eval; retried once like any bad body
+                err, detail = "bad_response", f"{type(e).__name__}: {e}"[:200]
                 if attempt >= 2:
                     break
                 await asyncio.sleep(self.backoff_s)
                 continue
-            if attempt > self.retries:
-                continue
-            if t.retry_after is None:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
-            elif time.perf_counter() + t.retry_after > deadline:
-                # the server said when to come back (429/503 Retry-After), past this item's time budget: waiting
-                # would only turn a clear http_429 into a timeout
-                detail = f"Retry-After {t.retry_after:g}s is past the item timeout ({self.timeouts.item_s:g}s): {detail}"[:300]
-                break
-            else:
-                await asyncio.sleep(t.retry_after)  # the server said when to come back: honour it
+            except httpx.TimeoutException as e:
+                err, detail = "timeout", str(e)[:200]
+            except httpx.TransportError as e:
+                err, detail = "connection", f"{type(e).__name__}: {e}"[:200]
+            if attempt <= self.retries:
+                if wait is not None:
+                    # the server said when to come back (429/503 Retry-After): honour it, unless that is past
+                    # this item's time budget, where waiting only turns a clear http_429 into a timeout
+                    if time.perf_counter() + wait > deadline:
+                        detail = f"Retry-After {wait:g}s is past the item timeout ({self.timeouts.item_s:g}s): {detail}"[:300]
+                        break
+                    await asyncio.sleep(wait)
+                else:
+                    await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
         return CallResult(None, err, time.perf_counter() - t0, tries[0], detail)
-
-    async def _attempt(self, path: str, body: dict[str, Any], kind: str) -> _Attempt:
-        """One request, classified: a final answer (a response or an error not worth retrying), or a retry."""
-        try:
-            async with self.http.stream("POST", path, json=body) as r:
-                ok = r.status_code == 200
-                raw = await read_capped(r, MAX_BODY_BYTES if ok else MAX_ERROR_BODY_BYTES, strict=ok)
-        except (httpx.DecodingError, BodyTooLarge) as e:
-            # a body that does not decode (gzip on plain bytes) or is too big: this item's answer is bad,
-            # never a crash of the whole eval; retried once like any bad body
-            return _Attempt("bad_response", f"{type(e).__name__}: {e}"[:200], bad_body=True)
-        except httpx.TimeoutException as e:
-            return _Attempt("timeout", str(e)[:200])
-        except httpx.TransportError as e:
-            return _Attempt("connection", f"{type(e).__name__}: {e}"[:200])
-        if ok:
-            try:
-                data = json.loads(raw)
-                return _Attempt(None, response=parse_chat(data) if kind == "chat" else parse_completion(data), final=True)
-            except Exception as e:  # noqa: BLE001 - any body that is not a completion is this item's error
-                return _Attempt("bad_response", f"{type(e).__name__}: {e}"[:200], bad_body=True)
-        text = raw.decode("utf-8", "replace")
-        if r.status_code not in RETRY_STATUS:
-            err = _classify_400(text) if r.status_code == 400 else f"http_{r.status_code}"
-            return _Attempt(err, text[:300], final=True)
-        return _Attempt("http_429" if r.status_code == 429 else "http_5xx", text[:300], retry_after=retry_after_s(r))
-
-
-@dataclass
-class _Attempt:
-    """What one request of `Client._call` came to."""
-
-    error: str | None
-    detail: str | None = None
-    response: Response | None = None
-    final: bool = False  # a response, or an error that a retry would not change
-    bad_body: bool = False  # a body that is not a completion: retried once, after backoff_s
-    retry_after: float | None = None  # the server's Retry-After, seconds
 
 
 @dataclass

@@ -105,8 +105,9 @@ class EvalPlan:
                 raise BadInput(f"runs/{self.build_id}/{s.name} was sampled with seed salt {m.seed_salt}, not {self.seed_salt}",
                                fix=f"pass --seed-salt {m.seed_salt} to resume or grow it, or --fresh to start it over")
             same = (m.suite_version == s.version and m.item_set_hash == item_set_hash(self.items[s.name])
-                    and m.sampling == s.sampling and m.seed_salt == self.seed_salt)
-            if not same and self.grow and m.suite_version == s.version and m.sampling == s.sampling:
+                    and m.sampling == s.sent_sampling() and m.seed_salt == self.seed_salt
+                    and m.serving.served_model == self.serving.served_model)  # a new declared identity: a new run
+            if not same and self.grow and m.suite_version == s.version and m.sampling == s.sent_sampling():
                 # the sequential gate's next round: more items of the same suite; every result already
                 # stored must be for an item of the new, larger set (the generators extend, never reshuffle)
                 ids = {it.id for it in self.items[s.name]}
@@ -226,11 +227,11 @@ async def _run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str
                 st = plan.store(suite.name)
                 m = RunManifest(build_id=plan.build_id, suite=suite.name, suite_version=suite.version,
                                 item_set_hash=item_set_hash(plan.items[suite.name]), n_items=len(plan.items[suite.name]),
-                                replicates=plan.replicates, split=plan.split, source=plan.source, sampling=suite.sampling,
+                                replicates=plan.replicates, split=plan.split, source=plan.source, sampling=suite.sent_sampling(),
                                 serving=plan.serving, server_command=server_command, server_info=server_info,
                                 versions=versions or {}, error_budget=plan.error_budget,
                                 sandbox=plan.sandbox if suite.runs_model_code else None, seed_salt=plan.seed_salt,
-                                served_model=endpoint.model)
+                                served_model=endpoint.model, listed_models=endpoint.listed_models)
                 old = st.read_manifest()
                 if old is not None:
                     m.started = old.started
@@ -268,7 +269,22 @@ async def _run_plan(plan: EvalPlan, endpoint: Endpoint, server_command: list[str
                 plan.summaries.append(finalize(st, suite, m, probe))
     finally:
         await client.close()
+    _require_identity(plan, endpoint)
     return plan.summaries
+
+
+def _require_identity(plan: EvalPlan, endpoint: Endpoint) -> None:
+    """Exit 3 (results kept) when an endpoint named no model: nothing would show which model answered, and one
+    canned server "serving" two builds gated PASS. The gate refuses such runs too (gate/integrity.py)."""
+    for suite in plan.suites:
+        m = plan.store(suite.name).read_manifest()
+        if m is not None and m.model_identity() is None and any(
+                r.error is None for rs in plan.store(suite.name).all_results().values() for r in rs):
+            raise InfraError(
+                f"the endpoint named no model: its answers carry no `model` and /v1/models lists none, so nothing "
+                f"shows which model answered (results kept in runs/{plan.build_id}/)",
+                fix=f"serve it under a name (sglang --served-model-name {plan.build_id}), or declare what it serves: "
+                    f"rerun the same command with --served-model {plan.build_id} --fresh")
 
 
 def finalize(st: RunStore, suite: Suite, m: RunManifest, probe: dict[str, float] | None = None) -> SuiteSummary:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,18 +20,21 @@ from pathlib import Path
 from qverify.errors import BadInput, refuse_special_files
 from qverify.models import ItemResult, RunManifest
 from qverify.scrub import scrub_obj, secrets
-from qverify.workdir import run_path
+from qverify.workdir import open_nofollow, run_path
 
 log = logging.getLogger(__name__)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write-then-rename; the temp name is unique, so two writers never write into one temp file."""
+def atomic_write_text(path: Path, text: str, mode: int | None = None) -> None:
+    """Write-then-rename; the temp name is unique, so two writers never write into one temp file. The rename
+    replaces a symlink at `path` instead of writing through it. `mode`: the file's permission bits (else 0o666
+    as open() uses, the umask applies, not mkstemp's 0600: a manifest stays readable as before)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    # mode 0o666 as open() uses (the umask applies), not mkstemp's 0600: a manifest stays readable as before
     tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666 if mode is None else mode)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)  # exactly the source's bits, whatever the umask
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -61,7 +65,7 @@ def _scan(path: Path) -> tuple[list[ItemResult], list[bytes], list[bytes], int]:
     if not path.exists():
         return out, good, bad, 0
     refuse_special_files([path], "run file", fix=_RUN_FILE_FIX)
-    with open(path, "rb") as f:
+    with os.fdopen(open_nofollow(path), "rb") as f:
         for line in f:
             if not line.endswith(b"\n"):
                 break  # only the last line can lack its newline: a write cut short
@@ -96,15 +100,19 @@ class ReplicateWriter:
     def __enter__(self) -> "ReplicateWriter":
         _, good, bad, end = _scan(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        append = os.O_WRONLY | os.O_APPEND | os.O_CREAT
         if bad:
-            # keep the bad lines for a post-mortem, and every valid result (before and after them)
-            with open(quarantine_path(self.path), "ab") as q:
+            # keep the bad lines for a post-mortem, and every valid result (before and after them); both files
+            # keep the source's permissions (a 0600 file's lines went into a world-readable quarantine)
+            mode = stat.S_IMODE(os.lstat(self.path).st_mode)
+            with os.fdopen(open_nofollow(quarantine_path(self.path), append, mode), "ab") as q:
+                os.fchmod(q.fileno(), mode)
                 q.writelines(bad)
                 q.flush()
                 os.fsync(q.fileno())
-            atomic_write_text(self.path, b"".join(good).decode())
+            atomic_write_text(self.path, b"".join(good).decode(), mode)
             end, self.quarantined = self.path.stat().st_size, len(bad)
-        self._f = open(self.path, "ab")
+        self._f = os.fdopen(open_nofollow(self.path, append), "ab")
         self._f.truncate(end)  # drop a torn tail left by a kill
         return self
 
@@ -143,7 +151,8 @@ class RunStore:
             return None
         refuse_special_files([self.manifest_path], "run file", fix=_RUN_FILE_FIX)
         try:
-            return RunManifest.model_validate_json(self.manifest_path.read_bytes())
+            with os.fdopen(open_nofollow(self.manifest_path), "rb") as f:
+                return RunManifest.model_validate_json(f.read())
         except ValueError as e:  # a damaged file is the user's to fix, not a bug: name it and the way out
             first = str(e).splitlines()[1] if len(str(e).splitlines()) > 1 else str(e)
             raise BadInput(f"{self.manifest_path} is not a valid run manifest ({first.strip()[:80]})",

@@ -7,6 +7,7 @@ a candidate with a refusal (a FAIL found on the comparable suites still stands).
 from __future__ import annotations
 
 from qverify.gate.loader import RunData
+from qverify.models import RunManifest
 from qverify.workdir import Workdir, read_build_manifest
 
 # RunManifest fields that must agree between baseline and candidate runs of a suite
@@ -31,7 +32,12 @@ def build_problems(wd: Workdir, build_id: str, runs: list[RunData]) -> list[str]
             out.append(f"build {build_id}: its build.json says build_id {bm.build_id} (fix: the build dir was "
                        f"renamed or copied; rebuild it)")
     for r in runs:
-        if r.manifest is not None and r.manifest.build_id != build_id:
+        if r.manifest is not None and r.manifest.model_identity() is None:
+            out.append(f"build {build_id}, suite {r.suite}: the endpoint named no model (no `model` in its answers, "
+                       f"none at /v1/models), so nothing shows which model answered (fix: serve it under a name, e.g. "
+                       f"sglang --served-model-name {build_id}, or declare what it serves: 'qverify eval {build_id} "
+                       f"--suites {r.suite} --served-model {build_id} --fresh')")
+        elif r.manifest is not None and r.manifest.build_id != build_id:
             out.append(f"build {build_id}, suite {r.suite}: the run manifest says build_id {r.manifest.build_id} "
                        f"(fix: these results belong to another build; re-run 'qverify eval')")
         elif r.manifest is not None and path.exists() and (other := r.manifest.served_other()):
@@ -74,6 +80,10 @@ def pair_problems(base: RunData, cand: RunData) -> list[str]:
         # without bwrap, model code also reaches the network and the host: scores are not the same measurement
         out.append(f"suite {base.suite}: model code ran {sb or 'unrecorded'} for the baseline and {sc or 'unrecorded'} "
                    f"for the candidate (fix: re-run the unsandboxed one where bwrap works, with --fresh)")
+    if (same := _one_endpoint(base.manifest, cand.manifest)) is not None:
+        out.append(f"suite {base.suite}: the baseline and the candidate were answered by one identical endpoint "
+                   f"({same}), so nothing shows two builds answered (fix: serve each build under its own model name, "
+                   f"e.g. sglang --served-model-name BUILD_ID, and re-run both with --fresh)")
     for f in _SAME:
         a, b = getattr(base.manifest, f), getattr(cand.manifest, f)
         if a != b:
@@ -87,3 +97,18 @@ def pair_problems(base: RunData, cand: RunData) -> list[str]:
             out.append(f"suite {base.suite}: {what} differ (baseline {base.build_id}: {a}, candidate "
                        f"{cand.build_id}: {b}) (fix: re-run both with the same suite, --limit and --source)")
     return out
+
+
+def _one_endpoint(a: RunManifest, b: RunManifest) -> str | None:
+    """The shared identity when two runs were answered by one endpoint that says the same about itself: the same
+    URL and server info, and the same model names (or names the user declared: a declaration is not the server's
+    word, and one canned server "serving" two builds gated PASS). None when anything tells them apart."""
+    if a.serving.backend != "endpoint" or b.serving.backend != "endpoint":
+        return None
+    ia, ib = a.model_identity(), b.model_identity()
+    if a.serving.endpoint != b.serving.endpoint or a.server_info != b.server_info or ia is None or ib is None:
+        return None
+    if ia != ib and not (ia[0] == ib[0] == "declared"):
+        return None
+    names = ", ".join(sorted({*ia[1], *ib[1]}))
+    return f"{a.serving.endpoint}, {ia[0]} model {names}, server info {a.server_info or 'none'}"

@@ -120,12 +120,17 @@ def compact_lines(report: GateReport, width: int = LOG_WIDTH) -> list[str]:
         for r in c.integrity:
             wrap(r, "  refused: ", "    ")
         if c.verdict != "PASS":
-            for r in c.reasons[:8]:
+            for r in _reasons(c):
                 wrap(r, "  • ", "    ")
     if note := family_note(report):
         wrap(note, "family: ", "    ")
     out.append(f"gate {report.gate_id}: {report.verdict}")
     return [ln for chunk in out for ln in chunk.split("\n")]
+
+
+def _reasons(c) -> list[str]:
+    """The candidate's reasons, less those that only repeat a refusal printed just above (issue 40.6)."""
+    return [r for r in c.reasons if not any(i in r for i in c.integrity)][:8]
 
 
 def render_compact(report: GateReport, console: Console, width: int = LOG_WIDTH) -> None:
@@ -143,7 +148,7 @@ def render_table(report: GateReport, console: Console) -> None:
         for r in c.integrity:
             console.print(f"[red]refused:[/] {r}", highlight=False)
         if c.verdict != "PASS":
-            for r in c.reasons[:8]:
+            for r in _reasons(c):
                 console.print(f"  • {r}", highlight=False, markup=False)
     if note := family_note(report):
         console.print(f"[dim]family:[/] {note}", highlight=False)

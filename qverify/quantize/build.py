@@ -11,7 +11,6 @@ the build has verified: a killed or disk-full build leaves only a hidden temp di
 
 from __future__ import annotations
 
-import errno
 import gc
 import json
 import os
@@ -23,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qverify.errors import BadInput, InfraError
+from qverify.errors import BadInput, InfraError, disk_full, is_disk_full
 from qverify.models import BuildManifest, content_hash
 from qverify.quantize import eagle3_fp8
 from qverify.quantize import manifest as mf
@@ -46,7 +45,6 @@ from qverify.versions import BUILD_PACKAGES, package_versions
 from qverify.workdir import Workdir, is_build, manifest_path
 
 OnStage = Callable[[str, float | None], None]
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 @dataclass
@@ -93,13 +91,6 @@ def _stage(name: str, on_stage: OnStage | None, seconds: dict[str, float]) -> It
         on_stage(name, seconds[name])
 
 
-def _is_disk_full(e: BaseException) -> bool:
-    if isinstance(e, OSError) and e.errno in _DISK_FULL:
-        return True
-    text = str(e)  # safetensors' Rust writer reports the OS error in its message
-    return any(s in text for s in ("No space left", "os error 28", "File too large", "os error 27", "Disk quota"))
-
-
 def clean_stale(out: Path) -> None:
     """Remove what builds of this output left when their process died: the temp dir (`.<id>.tmp-<pid>`), its
     scratch dir (`.tmp-<pid>.scratch`, llm-compressor's save on the streamed path) and a replaced build being
@@ -122,100 +113,145 @@ def _dtype_name(config: dict) -> str:
     return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(d, d)
 
 
+@dataclass
+class _Inputs:
+    """What `resolve` found: the recipe, the sources and the build's id and folder."""
+
+    loaded: LoadedRecipe
+    model_dir: Path
+    layout: object
+    shipped: object
+    drafter_dir: Path | None
+    source_hash: str
+    source_digests: dict
+    calib: object
+    versions: dict
+    build_id: str
+    out_dir: Path
+
+
 def build(recipe: str | Path, *, model: Path | str | None = None, drafter: Path | str | None = None,
           workdir: Path | str = ".qverify", out: Path | str | None = None, calib_data: str | None = None,
           calib_samples: int | None = None, calib_seq_len: int | None = None, force: bool = False,
           trust_remote_code: bool = False, on_stage: OnStage | None = None) -> BuildResult:
-    """Build (or reuse) a serving build. Bad input or disk full → BadInput; a fresh build failing its load check → InfraError."""
-    from qverify.assets import default_model_dir
-    from qverify.quantize.calibration import load_calibration, source_chat_template
-
+    """Build (or reuse) a serving build. Bad input → BadInput; disk full or a fresh build failing its load check →
+    InfraError."""
     seconds: dict[str, float] = {}
     with _stage("resolve", on_stage, seconds):
-        loaded = load_recipe(recipe)
-        rec = loaded.recipe
-        model_dir = check_model_dir(Path(model or default_model_dir()).expanduser(), "model", default=model is None,
-                                    allow_quantized=True)
-        if needs_remote_code(model_dir) and not trust_remote_code:
-            raise BadInput(f"{model_dir} loads through remote code (auto_map, e.g. Kimi's tokenization_kimi.py)",
-                           fix="read that code, then pass --trust-remote-code (it is recorded in build.json)")
-        config = json.loads((model_dir / "config.json").read_text())
-        layout = read_layout(model_dir, config, list(weight_map(model_dir)))  # a wrapper it cannot build: refused here
-        shipped = read_shipped(model_dir, config)
-        if layout.wrapper and shipped is None:
-            raise BadInput(f"{model_dir} is a {layout.wrapper!r} wrapper without a compressed-tensors quantization_config; "
-                           "qverify builds wrappers as released (Kimi K2.5/K2.6: INT4 routed experts)",
-                           fix="pass the release as published")
-        drafter_dir = _resolve_drafter(model_dir, Path(drafter) if drafter else None, loaded)
-        source_hash, source_digests = mf.model_hash(model_dir)
-        drafter_hash = mf.model_hash(drafter_dir)[0] if drafter_dir else None
-        calib = None
-        if rec.target or rec.drafter:
-            calib = load_calibration(calib_data, calib_samples or rec.calibration.samples,
-                                     calib_seq_len or rec.calibration.seq_len, source_chat_template(model_dir))
-        vers = package_versions(BUILD_PACKAGES)
-        key = {"source": source_hash, "drafter": drafter_hash, "recipe": rec.digest, "versions": vers,
-               "calibration": calib.describe() | {"source": None} if calib else None,
-               # config.json, chat template, tokenizer: what is served besides the tensors (#31: they were ignored)
-               "files": {"target": files_hash(model_dir), "drafter": files_hash(drafter_dir)}}
-        if trust_remote_code:  # only when set, so ids of existing builds do not change
-            key["trust_remote_code"] = True
-        if rec.serving.kv_cache_dtype == "fp8_e4m3":  # FP8-KV builds before issue #28 carried a scale SGLang loads
-            # (kv_scales.py), and before #27 a calibrated pair (compress.split_kv): a new id, so a cached old one is
-            # never reused
-            key["kv_scales"] = "uncalibrated-scale-one"
-        build_id = f"{rec.name}-{content_hash(key, 12)}"
-        out_dir = Path(out).expanduser().resolve() if out else Workdir.at(workdir).build_dir(build_id)
-        reused = reuse_existing(out_dir, build_id, force)
+        inp = _resolve(recipe, model, drafter, workdir, out, calib_data, calib_samples, calib_seq_len, trust_remote_code)
+        reused = reuse_existing(inp.out_dir, inp.build_id, force)
         if reused is not None:
-            return BuildResult(out_dir, reused, reused=True, seconds=seconds)
-
+            return BuildResult(inp.out_dir, reused, reused=True, seconds=seconds)
+    out_dir = inp.out_dir
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(out_dir)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        summary, carried, copied = _produce(tmp, loaded, model_dir, drafter_dir, calib, shipped, trust_remote_code,
-                                            on_stage, seconds, layout, source_digests)
+        summary, carried, copied = _produce(tmp, inp.loaded, inp.model_dir, inp.drafter_dir, inp.calib, inp.shipped,
+                                            trust_remote_code, on_stage, seconds, inp.layout, inp.source_digests)
         with _stage("write", on_stage, seconds):
-            config = json.loads((tmp / "config.json").read_text())
-            kv_dtype = "fp8_e4m3" if rec.serving.kv_cache_dtype == "fp8_e4m3" else _dtype_name(config)
-            by_dtype = mf.bytes_by_dtype(tmp)
-            manifest = BuildManifest(
-                build_id=build_id, recipe=rec.name, recipe_hash=rec.digest, recipe_text=loaded.text,
-                source_model=str(model_dir), source_hash=source_hash,
-                drafter=str(drafter_dir) if drafter_dir else None,
-                calibration=(calib.describe() | {"used_by": [s for s in ("target", "drafter") if getattr(rec, s)],
-                                                 "pipeline": rec.calibration.pipeline}) if calib else {},
-                versions=vers, quantization=summary, serving=rec.serving.model_dump(mode="json"),
-                bytes_by_dtype=by_dtype, total_bytes=sum(by_dtype.values()), kv_dtype=kv_dtype,
-                kv_bytes_per_token=mf.kv_bytes_per_token(config, kv_dtype), tensor_hashes=mf.hash_dir(tmp, known=copied),
-                control=rec.control, trust_remote_code=trust_remote_code,
-                kv_scales=manifest_kv_scales(kv_dtype.startswith("fp8"), _control_k_scale(rec)),
-                source_quantization=shipped.describe() if shipped else None, carried_files=carried,
-                drafter_kind="eagle3" if drafter_dir and is_eagle3(json.loads((drafter_dir / "config.json").read_text()))
-                else "causal-lm")
-            if manifest.drafter_kind == "eagle3":  # what SGLang must be told: --speculative-draft-model-quantization
-                head = json.loads((tmp / DRAFTER_DIR / "config.json").read_text())
-                manifest.serving["draft_model_quantization"] = eagle3_fp8.head_quantization(head)
-            manifest_path(tmp).write_text(manifest.model_dump_json(indent=2))
+            manifest = _write_manifest(tmp, inp, summary, carried, copied, trust_remote_code)
         with _stage("verify", on_stage, seconds):
-            try:
-                report = verify_build(tmp, trust_remote_code,
-                                      source_digests=source_digests if shipped is not None else None)
-            except mf.IntegrityError as e:  # a fresh build that does not reload exactly is our failure, not the user's
-                raise InfraError(f"the new build failed its load check and was discarded: {e}",
-                                 fix="report it with the recipe and model (run with -v for the traceback)") from e
+            report = _verify(tmp, inp, trust_remote_code)
         with _stage("publish", on_stage, seconds):
             publish(tmp, out_dir)
         report.build_dir = str(out_dir)
         return BuildResult(out_dir, manifest, reused=False, seconds=seconds, verify=report)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, Exception) and _is_disk_full(e):
-            raise BadInput(f"disk full while writing the build under {out_dir.parent}; nothing was kept",
-                           fix="free space, or pass --out DIR on a bigger disk") from None
+        if isinstance(e, Exception) and is_disk_full(e):
+            raise disk_full(f"disk full while writing the build under {out_dir.parent}; nothing was kept",
+                            fix="free space, or pass --out DIR on a bigger disk") from None
         raise
+
+
+def _resolve(recipe, model, drafter, workdir, out, calib_data, calib_samples, calib_seq_len,
+             trust_remote_code: bool) -> _Inputs:
+    """The recipe and sources, checked, and the build id: a content hash of everything the build depends on."""
+    from qverify.assets import default_model_dir
+    from qverify.quantize.calibration import load_calibration, source_chat_template
+
+    loaded = load_recipe(recipe)
+    rec = loaded.recipe
+    model_dir = check_model_dir(Path(model or default_model_dir()).expanduser(), "model", default=model is None,
+                                allow_quantized=True)
+    if needs_remote_code(model_dir) and not trust_remote_code:
+        raise BadInput(f"{model_dir} loads through remote code (auto_map, e.g. Kimi's tokenization_kimi.py)",
+                       fix="read that code, then pass --trust-remote-code or set trust_remote_code = true in "
+                           "qverify.toml (it is recorded in build.json)")
+    config = json.loads((model_dir / "config.json").read_text())
+    layout = read_layout(model_dir, config, list(weight_map(model_dir)))  # a wrapper it cannot build: refused here
+    shipped = read_shipped(model_dir, config)
+    if layout.wrapper and shipped is None:
+        raise BadInput(f"{model_dir} is a {layout.wrapper!r} wrapper without a compressed-tensors quantization_config; "
+                       "qverify builds wrappers as released (Kimi K2.5/K2.6: INT4 routed experts)",
+                       fix="pass the release as published")
+    drafter_dir = _resolve_drafter(model_dir, Path(drafter) if drafter else None, loaded)
+    source_hash, source_digests = mf.model_hash(model_dir)
+    calib = None
+    if rec.target or rec.drafter:
+        calib = load_calibration(calib_data, calib_samples or rec.calibration.samples,
+                                 calib_seq_len or rec.calibration.seq_len, source_chat_template(model_dir))
+    vers = package_versions(BUILD_PACKAGES)
+    key = _build_key(rec, source_hash, model_dir, drafter_dir, calib, vers, trust_remote_code)
+    build_id = f"{rec.name}-{content_hash(key, 12)}"
+    out_dir = Path(out).expanduser().resolve() if out else Workdir.at(workdir).build_dir(build_id)
+    return _Inputs(loaded, model_dir, layout, shipped, drafter_dir, source_hash, source_digests, calib, vers,
+                   build_id, out_dir)
+
+
+def _build_key(rec, source_hash: str, model_dir: Path, drafter_dir: Path | None, calib, vers: dict,
+               trust_remote_code: bool) -> dict:
+    key = {"source": source_hash, "drafter": mf.model_hash(drafter_dir)[0] if drafter_dir else None,
+           "recipe": rec.digest, "versions": vers,
+           "calibration": calib.describe() | {"source": None} if calib else None,
+           # config.json, chat template, tokenizer: what is served besides the tensors (#31: they were ignored)
+           "files": {"target": files_hash(model_dir), "drafter": files_hash(drafter_dir)}}
+    if trust_remote_code:  # only when set, so ids of existing builds do not change
+        key["trust_remote_code"] = True
+    if rec.serving.kv_cache_dtype == "fp8_e4m3":  # FP8-KV builds before issue #28 carried a scale SGLang loads
+        # (kv_scales.py), and before #27 a calibrated pair (compress.split_kv): a new id, so a cached old one is
+        # never reused
+        key["kv_scales"] = "uncalibrated-scale-one"
+    return key
+
+
+def _write_manifest(tmp: Path, inp: _Inputs, summary, carried, copied, trust_remote_code: bool) -> BuildManifest:
+    """build.json: what was applied (the summary of the quantized model, not the recipe's words)."""
+    rec, calib, drafter_dir = inp.loaded.recipe, inp.calib, inp.drafter_dir
+    config = json.loads((tmp / "config.json").read_text())
+    kv_dtype = "fp8_e4m3" if rec.serving.kv_cache_dtype == "fp8_e4m3" else _dtype_name(config)
+    by_dtype = mf.bytes_by_dtype(tmp)
+    manifest = BuildManifest(
+        build_id=inp.build_id, recipe=rec.name, recipe_hash=rec.digest, recipe_text=inp.loaded.text,
+        source_model=str(inp.model_dir), source_hash=inp.source_hash,
+        drafter=str(drafter_dir) if drafter_dir else None,
+        calibration=(calib.describe() | {"used_by": [s for s in ("target", "drafter") if getattr(rec, s)],
+                                         "pipeline": rec.calibration.pipeline}) if calib else {},
+        versions=inp.versions, quantization=summary,
+        serving=mf.applied_serving(rec.serving.model_dump(mode="json"), summary, inp.shipped is not None),
+        bytes_by_dtype=by_dtype, total_bytes=sum(by_dtype.values()), kv_dtype=kv_dtype,
+        kv_bytes_per_token=mf.kv_bytes_per_token(config, kv_dtype), tensor_hashes=mf.hash_dir(tmp, known=copied),
+        control=rec.control, trust_remote_code=trust_remote_code,
+        kv_scales=manifest_kv_scales(kv_dtype.startswith("fp8"), _control_k_scale(rec)),
+        source_quantization=inp.shipped.describe() if inp.shipped else None, carried_files=carried,
+        drafter_kind="eagle3" if drafter_dir and is_eagle3(json.loads((drafter_dir / "config.json").read_text()))
+        else "causal-lm")
+    if manifest.drafter_kind == "eagle3":  # what SGLang must be told: --speculative-draft-model-quantization
+        head = json.loads((tmp / DRAFTER_DIR / "config.json").read_text())
+        manifest.serving["draft_model_quantization"] = eagle3_fp8.head_quantization(head)
+    manifest_path(tmp).write_text(manifest.model_dump_json(indent=2))
+    return manifest
+
+
+def _verify(tmp: Path, inp: _Inputs, trust_remote_code: bool) -> VerifyReport:
+    try:
+        return verify_build(tmp, trust_remote_code,
+                            source_digests=inp.source_digests if inp.shipped is not None else None)
+    except mf.IntegrityError as e:  # a fresh build that does not reload exactly is our failure, not the user's
+        raise InfraError(f"the new build failed its load check and was discarded: {e}",
+                         fix="report it with the recipe and model (run with -v for the traceback)") from e
 
 
 def reuse_existing(out_dir: Path, build_id: str, force: bool) -> BuildManifest | None:

@@ -98,15 +98,17 @@ def load_build(build_dir: Path | str, device: str = "cpu", check_hashes_first: b
     from transformers import AutoTokenizer
 
     from qverify.quantize.checkpoint import load_checkpoint
+    from qverify.quantize.text_view import text_view, wrapper_config
 
-    wrapper = json.loads((build_dir / "config.json").read_text()).get("text_config") is not None
-    if wrapper:
-        raise IntegrityError(f"{build_dir.name} is a multimodal wrapper build (kimi_k25); the local engine serves flat "
-                             "text models only", fix="serve it with SGLang (qverify serve --backend sglang)")
+    wrapper = wrapper_config(build_dir)
     checks: dict[str, Any] = {}
     if check_hashes_first:
         checks["hashed"] = check_hashes(build_dir, manifest)
-    model, target_check = load_checkpoint(build_dir)
+    if wrapper is not None:  # a kimi_k25 build: its text model, the weights SGLang's kimi_k25 routes text through
+        with text_view(build_dir, wrapper) as view:
+            model, target_check = load_checkpoint(view)
+    else:
+        model, target_check = load_checkpoint(build_dir)
     checks["target"] = target_check
     drafter, drafter_check = None, None
     if manifest.drafter_kind == "eagle3":  # not a causal LM: checked for SGLang here, loaded by the embedded engine

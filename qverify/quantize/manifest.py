@@ -29,6 +29,13 @@ class IntegrityError(BadInput):
 
 def safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
     """(header without __metadata__, byte offset of the data section)."""
+    header, _, base = read_safetensors_header(path)
+    return header, base
+
+
+def read_safetensors_header(path: Path) -> tuple[dict[str, Any], dict[str, str] | None, int]:
+    """(tensor entries, __metadata__ or None, byte offset of the data section): the one parser of the format's
+    header (8-byte little-endian length, then JSON), with a truncated or garbled file an IntegrityError."""
     size = path.stat().st_size
     with path.open("rb") as f:
         raw = f.read(8)
@@ -41,8 +48,8 @@ def safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
             header = json.loads(f.read(n))
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise IntegrityError(f"{path} is not a valid safetensors file", fix="rebuild it with --force") from None
-    header.pop("__metadata__", None)
-    return header, 8 + n
+    meta = header.pop("__metadata__", None)
+    return header, meta, 8 + n
 
 
 def tensor_digests(path: Path) -> dict[str, str]:
@@ -157,6 +164,18 @@ def quantization_summary(counts: dict[str, list[int]], quant_config: dict[str, A
         name = f"kv_cache:{'fp8_e4m3' if kv['type'] == 'float' and kv['num_bits'] == 8 else kv['type'] + str(kv['num_bits'])}"
         out.append(SchemeSummary(scheme=prefix + name, targets=["attention"], modules=counts["kv"][0], params=0,
                                  format="static-scales"))
+    return out
+
+
+def applied_serving(serving: dict[str, Any], summary: list[SchemeSummary], shipped: bool) -> dict[str, Any]:
+    """The recipe's serving metadata, less the weight formats that nothing in the build carries: build.json
+    claims what was applied (a `scheme: null` build claimed NVFP4 weights and served as compressed-tensors)."""
+    weights = [s for s in summary if s.modules and "kv_cache" not in s.scheme]
+    out = dict(serving)
+    if not (shipped or any(not s.scheme.startswith("drafter:") for s in weights)):
+        out["weight_quantization"] = None
+    if not any(s.scheme.startswith("drafter:") for s in weights) and out.get("draft_model_quantization"):
+        out["draft_model_quantization"] = None
     return out
 
 

@@ -15,20 +15,40 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from qverify.errors import BadInput, read_input_text
 from qverify.models import content_hash, safe_name
 from qverify.registry import Registry
+from qverify.strict import Strict
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+MAX_NUM_BITS = 16  # a 16-bit (bf16) model quantized to more bits is not quantized; huge values overflowed
+KV_NUM_BITS = (8,)  # llm-compressor 0.14's kv_cache_scheme supports FP8 only ("Only num_bits in (8)")
 
 
-class ServingImplications(_Strict):
+def _check_num_bits(args: Any, where: str, kv: bool = False) -> None:
+    """Every `num_bits` in a modifier's arguments: a whole number of bits that llm-compressor can apply, found
+    here (exit 4) rather than as an overflow deep in the build."""
+    if isinstance(args, list):
+        for i, x in enumerate(args):
+            _check_num_bits(x, f"{where}.{i}", kv)
+        return
+    if not isinstance(args, dict):
+        return
+    for key, value in args.items():
+        if key == "num_bits":
+            ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_NUM_BITS
+            if not ok or (kv and value not in KV_NUM_BITS):
+                allowed = "8" if kv else f"a whole number from 1 to {MAX_NUM_BITS}"
+                raise ValueError(f"{where}.num_bits: must be {allowed} (got {value!r})")
+        else:
+            _check_num_bits(value, f"{where}.{key}", kv or key == "kv_cache_scheme")
+
+
+class ServingImplications(Strict):
     """Serving settings a build of this recipe needs; the serve layer reads these."""
 
     kv_cache_dtype: Literal["auto", "fp8_e4m3"] = Field("auto", description="SGLang --kv-cache-dtype")
@@ -37,7 +57,7 @@ class ServingImplications(_Strict):
     requires_drafter: bool = Field(False, description="the build is meaningless without a drafter")
 
 
-class CalibrationDefaults(_Strict):
+class CalibrationDefaults(Strict):
     samples: int = Field(128, ge=1, description="calibration samples (CLI --calib-samples overrides)")
     seq_len: int = Field(512, ge=8, description="tokens per sample (CLI --calib-seq-len overrides)")
     # `basic` runs the whole model per batch: on CPU it is ~7x faster than `sequential`
@@ -45,7 +65,7 @@ class CalibrationDefaults(_Strict):
     pipeline: Literal["basic", "sequential", "independent"] = "basic"
 
 
-class Corruption(_Strict):
+class Corruption(Strict):
     """Deliberate damage, for lossy controls only: proves the gate detects it, and (the damage dial)
     makes diffuse regressions of a chosen size to calibrate the gate's tolerances against."""
 
@@ -67,7 +87,7 @@ class Corruption(_Strict):
         return self
 
 
-class Recipe(_Strict):
+class Recipe(Strict):
     name: str
     version: int = 1
     description: str
@@ -99,6 +119,7 @@ class Recipe(_Strict):
                 for mod, args in mods.items():
                     if not isinstance(args, dict):  # ValueError: pydantic reports only ValueErrors as invalid input
                         raise ValueError(f"{stage}.{group}.{mod}: modifier arguments must be a mapping")  # noqa: TRY004
+                    _check_num_bits(args, f"{stage}.{group}.{mod}")
         return v
 
     @model_validator(mode="after")
@@ -112,6 +133,12 @@ class Recipe(_Strict):
             raise ValueError("serving.kv_cache_dtype must be fp8_e4m3 exactly when the target has kv_cache_scheme")
         if self.drafter is not None and not self.serving.requires_drafter:
             raise ValueError("a recipe with a drafter stage must set serving.requires_drafter: true")
+        for which in ("target", "drafter"):
+            for args in self.modifiers(which):
+                if args.get("targets") and "scheme" in args and not args["scheme"] and not args.get("config_groups"):
+                    # llm-compressor then applies only the KV scheme: the build claimed weights it never quantized
+                    raise ValueError(f"{which}: a modifier targets {args['targets']} with scheme null, which "
+                                     "quantizes none of them; give a scheme (e.g. NVFP4), or drop targets")
         return self
 
     def modifiers(self, which: Literal["target", "drafter"]) -> list[dict[str, Any]]:
@@ -195,7 +222,7 @@ def parse_recipe(text: str, path: Path, builtin: bool = False) -> LoadedRecipe:
         mark = _mark_of(text, err["loc"])
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         loc = ".".join(str(x) for x in err["loc"]) or "recipe"
-        what = f"unknown key {loc!r}" if err["type"] == "extra_forbidden" else f"{loc}: {err['msg']}"
+        what = f"unknown key {loc!r}" if err["type"] == "extra_forbidden" else f"{loc}: {err['msg'].removeprefix('Value error, ')}"
         raise BadInput(f"{where}: {what}", fix="see docs/build.md, 'Recipe format'") from None
     return LoadedRecipe(recipe=recipe, path=path, text=text, builtin=builtin)
 

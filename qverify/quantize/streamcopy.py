@@ -14,7 +14,7 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from qverify.quantize.manifest import _CHUNK, IntegrityError, safetensors_header
+from qverify.quantize.manifest import _CHUNK, IntegrityError, read_safetensors_header
 
 Progress = Callable[[str], None]
 
@@ -32,11 +32,7 @@ def _copy_range(src, dst, length: int, h) -> None:
 def copy_shard(src: Path, dst: Path, drop: set[str] = frozenset(), expect: dict[str, str] | None = None) -> dict[str, str]:
     """Copy `src` to `dst` without the tensors in `drop`; returns {tensor: sha256} of what was written.
     `expect` ({tensor: sha256} of the source) is checked tensor by tensor."""
-    header, base = safetensors_header(src)
-    with src.open("rb") as f:
-        f.seek(8)
-        raw_header = json.loads(f.read(base - 8))
-    meta = raw_header.get("__metadata__")
+    header, meta, base = read_safetensors_header(src)
     order = sorted(header, key=lambda k: header[k]["data_offsets"][0])
     kept = [k for k in order if k not in drop]
     digests: dict[str, str] = {}

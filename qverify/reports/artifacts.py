@@ -7,6 +7,7 @@ whether or not the tracking server is up, and the upload only copies them.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from qverify.reports.bundle import GateBundle, item_rows
 from qverify.reports.redact import redact_command, redact_obj, redact_text, refresh
 from qverify.reports.review import Review, build_review
 from qverify.scrub import register_env
-from qverify.workdir import BUILD_MANIFEST
+from qverify.workdir import BUILD_MANIFEST, open_nofollow
 
 MAX_LOG_BYTES = 2_000_000  # the tail of a server log is what explains a failure
 
@@ -53,8 +54,8 @@ def _stage_build(bundle: GateBundle, build_id: str, out: Path) -> Path:
         if b == build_id and run.manifest is not None:
             _write_json(d / "runs" / f"{suite}.manifest.json", run.manifest.model_dump(mode="json"))
     for log in bundle.logs.get(build_id, []):
-        size = log.stat().st_size
-        with open(log, "rb") as f:
+        with os.fdopen(open_nofollow(log), "rb") as f:  # checked a regular file when bundled; still no link now
+            size = os.fstat(f.fileno()).st_size
             if size > MAX_LOG_BYTES:
                 f.seek(size - MAX_LOG_BYTES)
             text = f.read().decode("utf-8", errors="replace")

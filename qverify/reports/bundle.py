@@ -14,7 +14,7 @@ from typing import Any
 from qverify.errors import BadInput
 from qverify.evals.store import load_run
 from qverify.models import BuildManifest, CandidateReport, GateReport, ItemResult, MetricResult, RunManifest
-from qverify.workdir import Workdir, is_build, read_build_manifest
+from qverify.workdir import Workdir, is_build, is_regular_file, read_build_manifest
 
 _GATE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -170,9 +170,17 @@ def load_gate(workdir: Path | str | Workdir, gate_id: str) -> GateBundle:
             manifest, results = load_run(wd.runs, b, s)
             if manifest is not None or results:
                 bundle.runs[(b, s)] = SuiteRun(b, s, manifest, results)
-        logs = wd.logs
-        bundle.logs[b] = sorted(p for p in logs.glob(f"*{b[:12]}*") if p.is_file()) if logs.is_dir() else []
+        bundle.logs[b] = _own_logs(wd, b)
     return bundle
+
+
+def _own_logs(wd: Workdir, build_id: str) -> list[Path]:
+    """The build's logs: regular files inside the workdir only. A symlinked log (or logs/ folder) was bundled and
+    uploaded to MLflow with whatever it pointed to."""
+    logs = wd.logs
+    if not logs.is_dir() or not logs.resolve().is_relative_to(wd.root.resolve()):
+        return []
+    return sorted(p for p in logs.glob(f"*{build_id[:12]}*") if is_regular_file(p))
 
 
 def item_rows(run: SuiteRun, max_chars: int = 2000) -> list[dict[str, Any]]:

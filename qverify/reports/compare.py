@@ -1,7 +1,7 @@
 """`qverify report --compare`: every candidate gated against one baseline, ranked, read back from MLflow.
 
 Reads only finished uploads (a gate run FINISHED, not superseded), keeps each
-candidate's latest gate, and ranks: verdict (PASS, INCONCLUSIVE, FAIL), then what the
+candidate's latest gate, and ranks: verdict (PASS, INCONCLUSIVE, FAIL, then a gate that decided no metric), then what the
 build buys (KV tokens ratio, weights), then the quality margin.
 """
 
@@ -19,6 +19,7 @@ COLUMNS = {
     "tags.qverify.recipe": "recipe", "tags.qverify.build_id": "build_id", "tags.qverify.verdict": "verdict",
     "metrics.worst_delta_ratio": "worst_delta_ratio", "metrics.kv_tokens_ratio": "kv_tokens_ratio",
     "metrics.weights_change": "weights_change", "metrics.n_fail": "n_fail", "metrics.n_inconclusive": "n_inconclusive",
+    "metrics.n_decided": "n_decided",
     "metrics.perf.accept_length": "accept_length", "metrics.perf.decode_tok_s": "decode_tok_s",
     "tags.qverify.gate_id": "gate_id", "start_time": "gated_at", "run_id": "run_id",
 }
@@ -63,11 +64,16 @@ def compare(workdir: Path, baseline: str | None = None, tracking_uri: str | None
         cands = mlflow.search_runs(exps, "tags.`qverify.role` = 'build' and tags.`qverify.build_role` = 'candidate'",
                                    output_format="pandas")
     cands = cands[cands["tags.mlflow.parentRunId"].isin(ok)] if not cands.empty else cands
-    df = pd.DataFrame({new: cands.get(old) for old, new in COLUMNS.items()})
+    return ranked(pd.DataFrame({new: cands.get(old) for old, new in COLUMNS.items()}), base)
+
+
+def ranked(df, base: str):
+    """Each build's latest gate, best first: verdict, then a gate that decided nothing last, then what it buys."""
     if df.empty:
         return df.assign(rank=[], baseline=[])
     df = df.sort_values("gated_at").groupby("build_id", as_index=False).tail(1)
     df["_v"] = df["verdict"].map(VERDICT_ORDER).fillna(3)
+    df.loc[df["n_decided"] == 0, "_v"] = 3  # decided nothing (refused: no comparable runs): below every decided gate
     df = df.sort_values(["_v", "kv_tokens_ratio", "weights_change", "worst_delta_ratio"],
                         ascending=[True, False, True, False], na_position="last").drop(columns="_v")
     df.insert(0, "rank", range(1, len(df) + 1))

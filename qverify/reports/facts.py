@@ -96,7 +96,9 @@ def _project(bundle: GateBundle, rows: list[BuildFacts]) -> None:
         except Exception as e:  # noqa: BLE001 - a recipe the planner cannot price keeps its measured figures only
             r.projection = {"error": str(e).split(":")[-1].strip()[:120]}
             continue
+        # weights per GPU as `qverify capacity` prints it: TP-replicated modules whole on every rank
         r.projection = {"model": name, "gpu": p.gpu, "tp": p.tp, "weights_bytes": p.weights.total_bytes,
+                        "weights_per_gpu_bytes": p.weights_per_gpu_bytes,
                         "kv_tokens_per_replica": p.kv_tokens_per_replica, "sessions": p.sessions_at_context,
                         "context": p.context_tokens, "fits": p.fits}
 

@@ -68,7 +68,10 @@ def forest(bundle: GateBundle, out: Path) -> Path | None:
         ax.axvline(0, color="#57606a", lw=0.6)
         for i, m in rows:
             col = VERDICT_COLOR[m.verdict]
-            ax.errorbar(m.delta * k, i, xerr=[[(m.delta - m.ci_low) * k], [(m.ci_high - m.delta) * k]], fmt="o", color=col,
+            # a bound clipped at the metric's range (Δ +1.000 [+0.326, +1.000]) can sit a rounding error inside Δ:
+            # matplotlib refuses a negative error bar, which cost a FAIL gate its release review
+            lo, hi = max(m.delta - m.ci_low, 0.0), max(m.ci_high - m.delta, 0.0)
+            ax.errorbar(m.delta * k, i, xerr=[[lo * k], [hi * k]], fmt="o", color=col,
                         ms=5, capsize=3, lw=1.4)
         ax.set_yticks(range(len(cands)), [c.recipe for c in cands])
         ax.set_ylim(-0.6, len(cands) - 0.4)

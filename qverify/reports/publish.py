@@ -13,13 +13,18 @@ from qverify.workdir import Workdir
 
 
 def stage_and_upload(workdir: Path | Workdir, gate_id: str, tracking_uri: str | None, registry: bool, out: Any) -> Any:
+    """One process at a time per gate (evals.lock.gate_lock): the report folder is rebuilt, and the upload looks for
+    an earlier run of the gate, so two at once would break the one and duplicate the other."""
+    from qverify.evals.lock import gate_lock
     from qverify.reports.artifacts import stage
     from qverify.reports.bundle import load_gate
     from qverify.reports.upload import upload_gate
 
-    staged = stage(load_gate(workdir, gate_id))
-    out.info(f"report: {staged.report_html}")
-    return upload_gate(workdir, gate_id, tracking_uri, registry=registry, staged=staged)
+    bundle = load_gate(workdir, gate_id)  # an unknown gate is refused (4) before any lock file is made
+    with gate_lock(bundle.gate_dir, out.info):
+        staged = stage(bundle)
+        out.info(f"report: {staged.report_html}")
+        return upload_gate(workdir, gate_id, tracking_uri, registry=registry, staged=staged)
 
 
 def show_upload(out: Any, res: Any) -> None:

@@ -7,6 +7,7 @@ the items that flipped with both responses side by side, and how to reproduce.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from qverify.gate.render import reference_notes
@@ -42,6 +43,23 @@ def _md_table(cols: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _longest_backtick_run(text: str) -> int:
+    return max((len(m) for m in re.findall(r"`+", text)), default=0)
+
+
+def fenced(text: str, info: str = "") -> list[str]:
+    """A code block `text` cannot close: a line of ``` in model output ended a 3-backtick fence, and what followed
+    was live Markdown (a <script> ran). CommonMark closes a fence only with at least as many backticks."""
+    fence = "`" * max(3, _longest_backtick_run(text) + 1)
+    return [fence + info, text, fence]
+
+
+def code_span(text: str) -> str:
+    """Inline code `text` cannot leave (a backtick run one longer than any inside it)."""
+    ticks = "`" * (_longest_backtick_run(text) + 1)
+    return f"{ticks} {text.replace(chr(10), ' ')} {ticks}"
+
+
 def render_markdown(review: Review, plots_rel: str = "plots") -> str:
     g = review.bundle.gate
     md = [f"# Release review · gate `{g.gate_id}`", "", f"**{review.headline}**", "",
@@ -64,9 +82,11 @@ def render_markdown(review: Review, plots_rel: str = "plots") -> str:
         fl = review.flips[c.build_id]
         md += [f"### {flips_title(review, c.build_id)}", ""]
         for f in fl:
-            md += [f"**{f.suite} · `{f.item_id}` · {f.direction}** ({f.metric}; candidate: {f.candidate.reason or 'ok'})", "",
-                   "Baseline:", "", "```", response_text(f.baseline), "```", "", "Candidate:", "", "```", response_text(f.candidate), "```", ""]
-    md += ["## How to reproduce", "", "```bash", *review.commands, "```", ""]
+            reason = code_span(f.candidate.reason) if f.candidate.reason else "ok"  # the reason can quote the model
+            md += [f"**{f.suite} · `{f.item_id}` · {f.direction}** ({f.metric}; candidate: {reason})", "",
+                   "Baseline:", "", *fenced(response_text(f.baseline)), "", "Candidate:", "",
+                   *fenced(response_text(f.candidate)), ""]
+    md += ["## How to reproduce", "", *fenced("\n".join(review.commands), "bash"), ""]
     return "\n".join(md)
 
 

@@ -49,32 +49,68 @@ def headline(bundle: GateBundle) -> str:
 
 
 def reproduce_commands(bundle: GateBundle) -> list[str]:
-    """The exact commands that rebuild, re-run and re-gate this review."""
+    """The exact commands that rebuild, re-run and re-gate this review, generated from build.json and the run
+    manifests: calibration size and remote-code trust as built, and per run its item count, replicates, seed salt,
+    split, source and serving (backend, profile, endpoint and key variable) as evaluated."""
     g = bundle.gate
     root = ["qverify"]
     if bundle.workdir != Path(".qverify").resolve():
         root += ["--workdir", str(bundle.workdir)]
     q = lambda *a: shlex.join(root + [str(x) for x in a])
-    cmds = []
+    cmds = [q(*_build_args(bundle, b)) + f"   # expect build id {b}" for b in bundle.build_ids]
     for b in bundle.build_ids:
-        m = bundle.builds.get(b)
-        args = ["build", "--recipe", bundle.recipe(b)]
-        if m and m.source_model and "qverify/assets" not in m.source_model:
-            args += ["--model", m.source_model]
-        if m and m.drafter and "qverify/assets" not in m.drafter:
-            args += ["--drafter", m.drafter]
-        cmds.append(q(*args) + f"   # expect build id {b}")
-    for b in bundle.build_ids:
-        runs = [r for (bb, _), r in bundle.runs.items() if bb == b]
-        suites = ",".join(r.suite for r in runs) or ",".join(bundle.suites)
-        reps = max((r.manifest.replicates for r in runs if r.manifest), default=None)
-        cmds.append(q("eval", b, "--suites", suites, *(["--replicates", reps] if reps else [])))
+        cmds += [q(*args) for args in _eval_args(bundle, b)]
     gate_cmd = g.config.get("command")
     if isinstance(gate_cmd, list):
         gate_cmd = shlex.join(gate_cmd)
     cmds.append(gate_cmd or q("gate", "--baseline", g.baseline, *[x for c in g.candidates for x in ("--candidate", c.build_id)]))
     cmds.append(q("report", "--gate", g.gate_id))
     return cmds
+
+
+def _build_args(bundle: GateBundle, b: str) -> list[str]:
+    m = bundle.builds.get(b)
+    args = ["build", "--recipe", bundle.recipe(b)]
+    if m is None:
+        return args
+    if m.source_model and "qverify/assets" not in m.source_model:
+        args += ["--model", m.source_model]
+    if m.drafter and "qverify/assets" not in m.drafter:
+        args += ["--drafter", m.drafter]
+    calib = m.calibration or {}
+    for flag, key in (("--calib-samples", "samples"), ("--calib-seq-len", "seq_len")):
+        if calib.get(key):
+            args += [flag, str(calib[key])]
+    return args + (["--trust-remote-code"] if m.trust_remote_code else [])
+
+
+def _eval_args(bundle: GateBundle, b: str) -> list[list[str]]:
+    """One `qverify eval` per distinct run setting of the build's runs (runs with no manifest: the suite names only)."""
+    runs = [r for (bb, _), r in bundle.runs.items() if bb == b]
+    groups: dict[tuple, list[str]] = {}
+    for r in runs:
+        rm = r.manifest
+        key = () if rm is None else (rm.n_items, rm.replicates, rm.seed_salt, rm.split, rm.source, rm.serving.backend,
+                                     rm.serving.name, rm.serving.endpoint, rm.serving.api_key_env)
+        groups.setdefault(key, []).append(r.suite)
+    if not groups:
+        return [["eval", b, "--suites", ",".join(bundle.suites)]]
+    m = bundle.builds.get(b)
+    trust = ["--trust-remote-code"] if m is not None and m.trust_remote_code else []
+    out = []
+    for key, suites in groups.items():
+        args = ["eval", b, "--suites", ",".join(suites)]
+        if key:
+            n, reps, salt, split, source, backend, profile, endpoint, key_env = key
+            args += ["--limit", str(n), "--replicates", str(reps), "--backend", backend]
+            args += ["--seed-salt", str(salt)] if salt else []
+            args += ["--split", split] if split != "test" else []
+            args += ["--source", source] if source != "synthetic" else []
+            args += ["--profile", profile] if profile and profile != backend else []
+            args += ["--endpoint", endpoint] if endpoint else []
+            args += ["--api-key-env", key_env] if key_env and backend == "endpoint" else []
+        out.append(args + trust)
+    return out
 
 
 def build_review(bundle: GateBundle, flips_per_candidate: int = 4) -> Review:

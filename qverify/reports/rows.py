@@ -51,7 +51,7 @@ def projection(review: Review) -> tuple[str, list[list[str]]]:
     title = (f"{p0['model']} with the same recipes on {p0['tp']}× {p0['gpu'].upper()} "
              f"(qverify capacity; sessions at {p0['context']:,} tokens)")
     rows = [[f.recipe, "–", "–", f"not priced: {p['error']}", "–"] if "error" in p else
-            [f.recipe, fmt_bytes(p["weights_bytes"]), fmt_bytes(p["weights_bytes"] / p["tp"]),
+            [f.recipe, fmt_bytes(p["weights_bytes"]), fmt_bytes(p.get("weights_per_gpu_bytes") or p["weights_bytes"] / p["tp"]),
              fmt_tokens(p["kv_tokens_per_replica"]) + ("" if p["fits"] else " (does not fit)"), f"{p['sessions']:,}"]
             for f, p in ps]
     return title, rows

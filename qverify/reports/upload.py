@@ -181,6 +181,8 @@ class _Uploader:
             metrics += [("verdict", VERDICT_CODE[cand.verdict], 0), ("n_gated", len(gated), 0),
                         ("n_fail", sum(x.verdict == "FAIL" for x in gated), 0),
                         ("n_inconclusive", sum(x.verdict == "INCONCLUSIVE" for x in gated), 0),
+                        # metrics the gate decided (PASS or FAIL): 0 is a gate that decided nothing (report --compare)
+                        ("n_decided", sum(x.verdict in ("PASS", "FAIL") for x in gated), 0),
                         ("worst_delta_ratio", _worst_ratio(cand.metrics), 0)]
             metrics += [(f"delta.{x.metric}", x.delta, 0) for x in cand.metrics]
         _log(self.c, rid, metrics, {k: v for k, v in params.items() if v is not None})

@@ -23,6 +23,7 @@ import httpx
 from qverify.errors import BadInput, InfraError
 from qverify.models import BuildManifest, Endpoint, ServingProfile
 from qverify.registry import Registry
+from qverify.workdir import open_append
 
 
 def free_port() -> int:
@@ -126,7 +127,7 @@ class LaunchedServer:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab", buffering=0)
+        log = open_append(self.log_path)  # never through a symlink out of the workdir (#37)
         self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True, env=self.env, cwd=self.cwd)
         log.close()

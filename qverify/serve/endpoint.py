@@ -27,6 +27,7 @@ from qverify.serve.openai_http import (
     root_url,
     summarize_info,
 )
+from qverify.workdir import open_append
 
 
 def check_endpoint_url(url: str | None) -> None:
@@ -58,12 +59,13 @@ class EndpointBackend(ServerBackend):
         host = urlsplit(self.shown).netloc.replace(":", "_")
         self.log_path: Path = self.logs_dir / f"endpoint-{host}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         model = self.manifest.build_id if self.manifest else (self.build_dir.name if self.build_dir else "default")
+        model = self.profile.served_model or model  # declared by the user: the name requests ask for
         self.endpoint = Endpoint(base_url=f"{self.root}/v1", model=model, api_key=self.api_key or "EMPTY")
         self._log(f"attach {self.shown} (nothing launched)")
         return self.endpoint
 
     def _log(self, line: str) -> None:
-        with open(self.log_path, "a") as f:
+        with open_append(self.log_path, text=True) as f:  # never through a symlink out of the workdir (#37)
             f.write(f"{time.strftime('%H:%M:%S')} {scrub_text(line)}\n")
 
     def wait_ready(self, timeout: float = 60.0, unreachable_s: float = 5.0) -> None:
@@ -97,7 +99,9 @@ class EndpointBackend(ServerBackend):
                                               timeout=10.0).json().get("data", [])]
         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
             return
-        if self.endpoint and self.endpoint.model not in ids and len(ids) == 1:
+        if self.endpoint:
+            self.endpoint.listed_models = sorted({i for i in ids if isinstance(i, str) and i})
+        if self.endpoint and not self.profile.served_model and self.endpoint.model not in ids and len(ids) == 1:
             self._log(f"model {self.endpoint.model!r} not listed; using the served {ids[0]!r}")
             self.endpoint.model = ids[0]  # in place: callers hold the Endpoint start() returned
 

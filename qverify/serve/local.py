@@ -41,6 +41,9 @@ class LocalBackend(ServerBackend):
         return cmd
 
     def start(self) -> Endpoint:
+        from qverify.quantize.text_view import check_servable
+
+        check_servable(self.build_dir)  # a wrapper it cannot serve: one line and exit 4 here, not a traceback in a log
         if self.port is None:
             self.port = free_port()
         else:

@@ -15,21 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from qverify.errors import BadInput, read_input_text
 from qverify.models import ServingProfile
 from qverify.quantize.kv_scales import DEFAULT_BACKEND, SGLANG_FP8_PATHS
 from qverify.registry import Registry
 from qverify.serve.sglang_flags import SGLangFlags
+from qverify.strict import Strict
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 DEFAULT_PROFILE = {"local": "local", "sglang": "b200-tp4", "endpoint": None}
 PREFIX_FIELDS = {"cmd", "node_rank", "nnodes"}
 
 
-class _Flags(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Flags(Strict):
+    pass
 
 
 class LocalFlags(_Flags):
@@ -130,6 +131,16 @@ def _check_prefix(prefix: str | None, source: str) -> None:
                        fix="e.g. 'srun --nodes=1 --ntasks=1 --relative={node_rank} {cmd}'")
 
 
+MODEL_SETTINGS = ("chat_template_kwargs", "max_tokens", "api_key_env")  # what a profile says about the model and its API
+
+
+def model_settings(prof: ServingProfile) -> ServingProfile:
+    """A profile's model settings (chat template kwargs, output budgets per suite, the API key's variable) without
+    its launch settings (backend flags, tp, launcher): an endpoint profile for a server the profile's model runs on,
+    so `--backend endpoint --profile kimi-k2.6` sends Kimi's `thinking: false` and its budgets (docs/serve.md)."""
+    return ServingProfile(name=prof.name, backend="endpoint", **{k: getattr(prof, k) for k in MODEL_SETTINGS})
+
+
 def resolve_profile(backend: str | None = None, profile: str | None = None, endpoint: str | None = None,
                     api_key_env: str | None = None) -> ServingProfile:
     """The profile a command runs with: --profile, else the backend's default, with --endpoint/--api-key-env applied."""
@@ -137,7 +148,9 @@ def resolve_profile(backend: str | None = None, profile: str | None = None, endp
         FLAGS_MODELS.get(backend)  # an unknown backend raises "did you mean"
     if profile:
         prof = load_profile(profile)
-        if backend and backend != prof.backend:
+        if (backend or ("endpoint" if endpoint else prof.backend)) == "endpoint" and prof.backend != "endpoint":
+            prof = model_settings(prof)  # attaching to a server someone launched: the model's settings still apply
+        elif backend and backend != prof.backend:
             raise BadInput(f"profile {prof.name!r} is for the {prof.backend} backend, not {backend}",
                            fix=f"drop --backend, or pass a {backend} profile")
     else:

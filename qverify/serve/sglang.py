@@ -35,6 +35,7 @@ from qverify.serve.openai_http import (
     with_meta_info,
 )
 from qverify.serve.sglang_flags import FIX_PYTHON, check_sglang_imports, sglang_flags, sglang_python
+from qverify.workdir import open_append
 
 __all__ = ["SGLangBackend", "drafter_algorithm", "kv_cache_dtype", "sglang_python", "spec_meta", "with_meta_info"]
 
@@ -84,7 +85,7 @@ class _RedactingServer(LaunchedServer):
         self._relay.start()
 
     def _copy(self, pipe) -> None:
-        with open(self.log_path, "ab", buffering=0) as log:
+        with open_append(self.log_path) as log:  # never through a symlink out of the workdir (#37)
             for line in iter(pipe.readline, b""):
                 for s in self.secrets:
                     line = line.replace(s, b"***")

@@ -10,16 +10,15 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from qverify.errors import BadInput
 from qverify.models import ServingProfile
+from qverify.strict import Strict
 
 
-class SGLangFlags(BaseModel):
+class SGLangFlags(Strict):
     """SGLang 0.5.23 server arguments a profile may set, by SGLang's field names."""
-
-    model_config = ConfigDict(extra="forbid")
 
     python: str | None = Field(None, description="SGLang's interpreter (default: $QVERIFY_SGLANG_PYTHON, else the "
                                "repository's .venv-sglang/bin/python made by scripts/setup_sglang.sh); refused at "

@@ -97,12 +97,17 @@ class Suite(ABC):
         raise NotImplementedError(f"suite {self.name} has no reference answers")
 
     # -- request ---------------------------------------------------------------
+    def sent_sampling(self, sampling: Sampling | None = None) -> Sampling:
+        """The sampling requests carry: the suite's, with the serving profile's per-model output budget (a thinking
+        model needs far more than the suite's default). What a run manifest records and a resumed run must match."""
+        s = sampling or self.sampling
+        budget = self.options.get("max_tokens") if s.max_tokens > 1 else None  # kld scores 1 token
+        return s.model_copy(update={"max_tokens": budget}) if budget else s
+
     def request(self, item: Item, sampling: Sampling | None = None) -> dict[str, Any]:
         """OpenAI-compatible request body (without `model`) for one item."""
-        s = sampling or self.sampling
-        # the serving profile's per-model output budget (a thinking model needs far more than the suite's default)
-        max_tokens = self.options.get("max_tokens") if s.max_tokens > 1 else s.max_tokens  # kld scores 1 token
-        body: dict[str, Any] = {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": max_tokens or s.max_tokens}
+        s = self.sent_sampling(sampling)
+        body: dict[str, Any] = {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens}
         if s.stop:
             body["stop"] = s.stop
         if item.kind == "completion":

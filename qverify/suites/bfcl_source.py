@@ -51,7 +51,8 @@ def _data_dir():
     except ModuleNotFoundError as e:
         raise InfraError(
             "the BFCL source needs the bfcl-eval package",
-            fix="pip install --no-deps bfcl-eval (its full dependency set is every vendor SDK)",
+            fix="pip install --no-deps bfcl-eval==2026.3.23 (pyproject's [tool.qverify] no-deps: its full dependency "
+                "set is every vendor SDK; scripts/setup.sh installs it)",
         ) from e
 
 

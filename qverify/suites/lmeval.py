@@ -115,7 +115,11 @@ class LmEvalSuite(Suite):
     # -- lm-eval plumbing ------------------------------------------------------------
     def _task_manager(self):
         if self._tm is None:
-            from lm_eval.tasks import TaskManager
+            try:  # an extra: the core install runs without it
+                from lm_eval.tasks import TaskManager
+            except ImportError as e:
+                raise InfraError("the lmeval:<task> suites need the lm-eval package",
+                                 fix="pip install 'qverify[lmeval]' (scripts/setup.sh installs it)") from e
 
             # indexing lm-eval's ~10k built-in configs takes 15-20 s; skip it for custom task folders
             self._tm = TaskManager(include_path=self.include_path, include_defaults=self.include_path is None)

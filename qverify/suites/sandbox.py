@@ -1,6 +1,8 @@
 """Run untrusted model code (coding suite) in a real sandbox.
 
 Layers, outermost first (each covers what the next cannot):
+  cgroup   memory.max for the whole answer, where cgroup v2 allows it (sandbox_memory; else the rlimits'
+           processes x address space bound it);
   prlimit  CPU seconds, address space, processes, file size, open files, no core dumps;
   setpriv  a fresh unprivileged uid per run: RLIMIT_NPROC does not bind root, and
            reusing one uid hit the process limit after ~60 fast runs (exiting
@@ -23,8 +25,10 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -32,9 +36,11 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from qverify.errors import InfraError
+from qverify.suites import sandbox_memory
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +50,6 @@ class SandboxUnavailable(InfraError):
 
 SandboxKind = Literal["bwrap", "weak"]
 PYTHON = "/usr/bin/python3"
-MEMORY_BYTES = 1 << 30  # address space; Python + bwrap need ~40 MB
-NPROC = 64  # per fresh uid: enough for small multiprocessing, stops fork bombs
 FSIZE_BYTES = 16 << 20  # largest file (also caps captured stdout/stderr)
 NOFILE = 64
 TMPFS_BYTES = 64 << 20
@@ -53,6 +57,8 @@ SHM_BYTES = 1 << 20  # /dev/shm: multiprocessing's semaphores need a little; mor
 OUTPUT_CHARS = 4000  # kept of stdout / stderr
 UID_BASE = 2_000_000  # far above any real account; 1,000,000 uids rotate below UID_BASE*2
 
+# the trusted program around the answer: it writes the run's nonce only once the checks have returned
+_DRIVER_ARGV = ["-I", "-B", "-c", (Path(__file__).parent / "sandbox_driver.py").read_text()]
 _HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}  # nothing of ours leaks in
 _uid_counter = itertools.count()
 _uid_lock = threading.Lock()
@@ -92,17 +98,18 @@ def _own_process_count(uid: int) -> int:
     return count
 
 
-def _run_as() -> tuple[int | None, int]:
+def _run_as(nproc: int) -> tuple[int | None, int]:
     """(uid to switch to or None when we cannot switch, nproc limit that fits it)."""
     if os.geteuid() == 0:
-        return _fresh_uid(), NPROC
-    # not root: we run as ourselves, and nproc counts all our processes, so leave headroom
-    return None, _own_process_count(os.geteuid()) + NPROC
+        return _fresh_uid(), nproc
+    # not root: we run as ourselves, and nproc counts all our processes, so leave headroom (the answer's
+    # memory is then bounded per process only: docs/security.md)
+    return None, _own_process_count(os.geteuid()) + nproc
 
 
-def _prlimit(timeout_s: float, nproc: int) -> list[str]:
+def _prlimit(timeout_s: float, nproc: int, memory: int) -> list[str]:
     cpu = max(1, int(timeout_s + 0.999)) + 1  # backstop: the wall-clock timeout fires first
-    limits = f"--cpu={cpu} --as={MEMORY_BYTES} --nproc={nproc} --fsize={FSIZE_BYTES} --nofile={NOFILE} --core=0"
+    limits = f"--cpu={cpu} --as={memory} --nproc={nproc} --fsize={FSIZE_BYTES} --nofile={NOFILE} --core=0"
     return ["prlimit", *limits.split(), "--"]
 
 
@@ -110,9 +117,12 @@ BWRAP_ISOLATION = "--unshare-all --unshare-user --disable-userns --die-with-pare
 BWRAP_ENV = "--clearenv --setenv PATH /usr/bin --setenv HOME /tmp --setenv LANG C.UTF-8"
 
 
-def _bwrap_argv(timeout_s: float) -> list[str]:
-    uid, nproc = _run_as()
-    argv = _prlimit(timeout_s, nproc)
+def _bwrap_argv(timeout_s: float, cgroup: Path | None = None) -> list[str]:
+    """`cgroup`: the run's own cgroup (memory.max for the whole answer), entered first, as root."""
+    nproc, memory = sandbox_memory.limits(cgroup is not None)
+    uid, nproc = _run_as(nproc)
+    argv = [*sandbox_memory.enter_argv(cgroup)] if cgroup is not None else []
+    argv += _prlimit(timeout_s, nproc, memory)
     if uid is not None:
         argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
     argv += ["bwrap", *BWRAP_ISOLATION.split(), *BWRAP_ENV.split(), "--ro-bind", "/usr", "/usr"]
@@ -128,7 +138,7 @@ def _bwrap_argv(timeout_s: float) -> list[str]:
     # The size-capped /tmp and /dev/shm are the only writable places.
     argv += ["--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
              "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp", "--remount-ro", "/"]
-    return [*argv, "--chdir", "/tmp", PYTHON, "-I", "-B", "-"]
+    return [*argv, "--chdir", "/tmp", PYTHON, *_DRIVER_ARGV]
 
 
 # Weak mode: a tiny trusted launcher sets rlimits and execs the interpreter. Doing this in
@@ -144,11 +154,12 @@ os.execv(sys.argv[6], sys.argv[6:])
 
 
 def _weak_argv(timeout_s: float) -> tuple[list[str], int | None]:
-    uid, nproc = _run_as()
+    nproc, memory = sandbox_memory.limits(False)  # launched as the uid: it could not enter a cgroup
+    uid, nproc = _run_as(nproc)
     python = PYTHON if os.path.exists(PYTHON) else sys.executable
     cpu = max(1, int(timeout_s + 0.999)) + 1  # backstop: the wall-clock timeout fires first
-    limits = [str(v) for v in (cpu, MEMORY_BYTES, nproc, FSIZE_BYTES, NOFILE)]
-    return [python, "-I", "-c", _LAUNCHER, *limits, python, "-I", "-B", "-"], uid
+    limits = [str(v) for v in (cpu, memory, nproc, FSIZE_BYTES, NOFILE)]
+    return [python, "-I", "-c", _LAUNCHER, *limits, python, *_DRIVER_ARGV], uid
 
 
 @functools.lru_cache(maxsize=1)
@@ -156,7 +167,7 @@ def sandbox_kind() -> SandboxKind:
     """'bwrap' when the full sandbox works on this host, else 'weak' (warned once)."""
     missing = [b for b in ("bwrap", "prlimit", "setpriv") if shutil.which(b) is None]
     if not missing and os.path.exists(PYTHON):
-        probe = _execute(_bwrap_argv(10.0), "print('ok')", 10.0, None)
+        probe = _execute(_bwrap_argv(10.0), _job("print('ok')"), 10.0, None)
         if probe.returncode == 0 and probe.stdout.strip() == "ok":
             return "bwrap"
         problem = f"bwrap probe failed: {probe.stderr.strip()[-200:] or probe.reason}"
@@ -184,9 +195,10 @@ def require_sandbox(allow_unsandboxed: bool) -> Literal["bwrap", "unsandboxed"]:
     return "unsandboxed"
 
 
-def _execute(argv: list[str], program: str, timeout_s: float, user: int | None) -> SandboxResult:
+def _execute(argv: list[str], job: dict, timeout_s: float, user: int | None) -> SandboxResult:
     # stdout/stderr go to files, not pipes, so a program printing forever is stopped by
     # RLIMIT_FSIZE instead of filling our memory
+    nonce = secrets.token_hex(16)  # fresh per run: the driver prints it only after the checks returned
     with (
         tempfile.TemporaryFile() as out,
         tempfile.TemporaryFile() as err,
@@ -212,7 +224,7 @@ def _execute(argv: list[str], program: str, timeout_s: float, user: int | None) 
             return SandboxResult(False, None, "", str(e), False, f"could not start sandbox: {e}", kind)
         timed_out = False
         try:
-            proc.communicate(program.encode(), timeout=timeout_s)
+            proc.communicate(f"{nonce}\n{json.dumps(job)}".encode(), timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
         except BrokenPipeError:  # the program exited before reading all of itself (e.g. killed by a limit)
@@ -220,14 +232,18 @@ def _execute(argv: list[str], program: str, timeout_s: float, user: int | None) 
         # always: stragglers a program left in its process group (weak mode has no pid namespace)
         _kill_group(proc)
         out.seek(0)
-        err.seek(0)
-        stdout = out.read(OUTPUT_CHARS * 4).decode(errors="replace")[:OUTPUT_CHARS]
+        stdout = out.read(OUTPUT_CHARS * 4).decode(errors="replace")
+        sentinel = f"\n{nonce}\n"
+        finished = sentinel in stdout or sentinel in _tail(out)
+        stdout = stdout.replace(sentinel, "")[:OUTPUT_CHARS]
         stderr = _tail(err)
     rc = proc.returncode
-    passed = rc == 0 and not timed_out
-    return SandboxResult(
-        passed, rc, stdout, stderr, timed_out, None if passed else _reason(rc, stderr, timed_out, timeout_s), kind
-    )
+    passed = rc == 0 and not timed_out and finished
+    reason = None
+    if not passed:
+        reason = "exited before its checks finished" if rc == 0 and not timed_out else _reason(
+            rc, stderr, timed_out, timeout_s)
+    return SandboxResult(passed, rc, stdout, stderr, timed_out, reason, kind)
 
 
 def _tail(f) -> str:
@@ -256,18 +272,33 @@ def _reason(rc: int | None, stderr: str, timed_out: bool, timeout_s: float) -> s
     return f"exit status {rc}"
 
 
-def run_tests(program: str, timeout_s: float = 10.0, *, mode: Literal["auto", "weak"] = "auto",
-              allow_unsandboxed: bool = False) -> SandboxResult:
-    """Run `program` (model code + its tests) with Debian's python3 in the sandbox.
+def _job(program: str, checks: str | None = None, prelude: str = "", entry_point: str | None = None) -> dict:
+    return {"program": program, "checks": checks, "prelude": prelude, "entry_point": entry_point}
 
-    passed = exit status 0 within `timeout_s` wall-clock seconds (CPU time is capped
-    at the same number). Without bwrap it raises SandboxUnavailable unless
+
+def run_tests(program: str, timeout_s: float = 10.0, *, checks: str | None = None, prelude: str = "",
+              entry_point: str | None = None, mode: Literal["auto", "weak"] = "auto",
+              allow_unsandboxed: bool = False) -> SandboxResult:
+    """Run `program` (the answer), then `checks` when given, with Debian's python3 in the sandbox.
+
+    passed = the checks returned (the driver wrote this run's nonce after them: `sandbox_driver`) and the exit
+    status is 0, within `timeout_s` wall-clock seconds (CPU time is capped at the same number). `checks` run
+    in their own namespace: `prelude` executed afresh, the builtins as they were before the answer ran, and
+    `entry_point` taken from the answer with its return values held to plain builtin data. Without `checks`,
+    `program` is answer and checks in one. Without bwrap it raises SandboxUnavailable unless
     `allow_unsandboxed`; `mode="weak"` forces the fallback explicitly (tests use it).
     """
+    job = _job(program, checks, prelude, entry_point)
     if mode != "weak":
         require_sandbox(allow_unsandboxed)
     kind = "weak" if mode == "weak" else sandbox_kind()
     if kind == "bwrap":
-        return _execute(_bwrap_argv(timeout_s), program, timeout_s, None)
+        base = sandbox_memory.cgroup_base()
+        cgroup = sandbox_memory.new_cgroup(base) if base is not None else None
+        try:
+            return _execute(_bwrap_argv(timeout_s, cgroup), job, timeout_s, None)
+        finally:
+            if cgroup is not None:
+                sandbox_memory.remove_cgroup(cgroup)
     argv, uid = _weak_argv(timeout_s)
-    return _execute(argv, program, timeout_s, uid)
+    return _execute(argv, job, timeout_s, uid)

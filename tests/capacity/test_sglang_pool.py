@@ -17,7 +17,7 @@ KIMI_FP8_CELL = 61 * 576 * 1  # 61 MLA layers x (512 latent + 64 rope) x 1 B
 def sglang_tokens(p, draft_layers: int = 0) -> int:
     """max_total_num_tokens SGLang computes from the plan's own pre-load and after-load memory figures."""
     pre_gib = p.pre_model_load_bytes / GIB
-    after_load_gib = (p.pre_model_load_bytes - p.weights_per_gpu_bytes) / GIB
+    after_load_gib = (p.pre_model_load_bytes - p.weights_per_gpu_bytes - p.mla_copies_per_gpu_bytes) / GIB
     budget = ref.profile_available_bytes(available_gib=after_load_gib, pre_model_load_gib=pre_gib,
                                          mem_fraction_static=p.mem_fraction, multimodal=True)
     layers = 61
@@ -41,11 +41,6 @@ def test_cell_with_drafter_is_sglangs(draft_layers, layers):
     cell = ref.mla_cell_size(kv_lora_rank=512, qk_rope_head_dim=64, layers=layers, kv_bytes=2)
     theirs = cell + (ref.eagle_draft_cell(cell, draft_layers, layers) if draft_layers else 0)
     assert sp.cell_bytes(cell, layers, draft_layers) == theirs
-
-
-def test_default_fraction_is_sglangs_floor():
-    for mib in (183_359, 143_771, 81_559):
-        assert sp.default_mem_fraction(mib * 2**20) == ref.default_mem_fraction(mib, 4096)  # a small reserve: the floor wins
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +92,11 @@ def test_the_reports_projection_uses_the_production_profiles_fraction():
     _project(SimpleNamespace(gate=SimpleNamespace(config={"capacity": {"tp": 4}})), rows)
     assert rows[0].projection["tp"] == 4 and rows[0].projection["sessions"] == 3
     assert 290_000 <= rows[0].projection["kv_tokens_per_replica"] <= 350_000
+    # the report's weights per GPU is capacity's (issue 40.6: it divided the total by TP, missing what TP replicates)
+    p = plan(load_config("kimi-k2.6")[0], "fp8kv_nvfp4shared", gpu="b200", tp=4, mem_fraction=0.85)
+    assert rows[0].projection["weights_per_gpu_bytes"] == p.weights_per_gpu_bytes
+    from qverify.reports.formatting import fmt_bytes
+    from qverify.reports.rows import projection
+
+    shown = projection(SimpleNamespace(facts=rows))[1][0][2]
+    assert shown == fmt_bytes(p.weights_per_gpu_bytes)

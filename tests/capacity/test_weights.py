@@ -91,7 +91,9 @@ def test_build_dir_weights_drive_the_plan(deepseek_src):
     cfg = json.loads((deepseek_src / "config.json").read_text())
     p = plan(cfg, "bf16", weights=disk, gpu="h100", hbm_gb=80, tp=1, mem_fraction=1.0, cuda_context_gb=0)
     assert p.weights.source == "checkpoint" and p.weights_per_gpu_bytes == disk.total_bytes
-    assert p.kv_tokens_per_replica == (80 * 10**9 - disk.total_bytes) // (2 * 96 * 2)  # 2 layers x (64 + 32) x bf16
+    # 2 layers x (64 + 32) x bf16 per token; SGLang's w_kc/w_vc copies of kv_b_proj load beside the weights
+    assert p.kv_tokens_per_replica == (80 * 10**9 - disk.total_bytes - p.mla_copies_per_gpu_bytes) // (2 * 96 * 2)
+    assert p.mla_copies_per_gpu_bytes > 0
 
 
 def test_corrupt_or_missing_safetensors(tmp_path):

@@ -61,6 +61,44 @@ def test_endless_huge_and_gzip_bomb_bodies_are_bad_response_in_bounded_ram():
         assert out["peak_above_base_mb"] < 200, (mode, out)
 
 
+_CHILD_MANY = r"""
+import asyncio, json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+from qverify.evals.body import IN_FLIGHT
+from qverify.evals.client import Client, Timeouts
+from qverify.models import Endpoint
+async def main(url, n):
+    c = Client(Endpoint(base_url=url, model="m"), concurrency=n, timeouts=Timeouts(5, 30, 120), retries=0, backoff_s=0.1)
+    try:
+        return await asyncio.gather(*(c.call({"messages": [{"role": "user", "content": f"hi {i}"}]}) for i in range(n)))
+    finally:
+        await c.close()
+rs = asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+hwm = next(int(ln.split()[1]) for ln in open("/proc/self/status") if ln.startswith("VmHWM:"))
+print(json.dumps({"errors": sorted({r.error for r in rs}), "details": sorted({r.detail.split(";")[0] for r in rs}),
+                  "rss_mb": hwm / 1024, "peak_mb": IN_FLIGHT.peak / 2**20, "held_after": IN_FLIGHT.used}))
+"""
+
+
+def test_many_endless_bodies_at_once_stay_within_one_budget():
+    """64 endless bodies read at once (#37: 1.84 GB, the 32 MB cap being per answer). All answers being read share
+    one budget (body.MAX_IN_FLIGHT_BYTES, 256 MB): every item is bad_response and the client stays near it."""
+    from qverify.evals.body import MAX_IN_FLIGHT_BYTES
+
+    with BadServer("endless") as srv:
+        p = subprocess.run([sys.executable, "-c", _CHILD_MANY, srv.url + "/v1", "64"], capture_output=True, text=True, check=False,
+                           timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    print(out)
+    # (a few may be `connection`: the stdlib server's listen backlog of 5 resets some of 64 connects at once)
+    assert "bad_response" in out["errors"] and set(out["errors"]) <= {"bad_response", "connection"}, out
+    assert any("budget" in d for d in out["details"]), out
+    assert out["held_after"] == 0 and out["peak_mb"] <= MAX_IN_FLIGHT_BYTES / 2**20, out
+    # 64 answers at the per-answer cap would be 2 GB; the budget plus the interpreter is far under 1 GB
+    assert out["rss_mb"] < MAX_IN_FLIGHT_BYTES / 2**20 + 250, out  # measured 318 MB; the old client 728 MB
+
+
 def _one_call(url: str, item_s: float) -> tuple:
     async def go():
         c = Client(Endpoint(base_url=url, model="m"), concurrency=1, timeouts=Timeouts(5, 30, item_s), retries=4,

@@ -5,7 +5,10 @@ nothing qverify writes, although the server echoes them back. The real CLI again
 from __future__ import annotations
 
 import base64
+import json
 import os
+import re
+from urllib.parse import quote_plus
 
 from tests.badserver import BadServer
 from tests.evals.test_bad_servers import _eval, _workdir
@@ -14,9 +17,10 @@ KEY = "qv-test-key-6b1f0c2a9e"
 PASSWORD = "hunter2-pass-77"
 
 
-def _eval_against_echo(bf16_build, wd_parent, userinfo: str, *args: str, env: dict | None = None):
+def _eval_against_echo(bf16_build, wd_parent, userinfo: str, *args: str, env: dict | None = None,
+                       mode: str = "echo"):
     wd = _workdir(bf16_build, wd_parent)
-    with BadServer("echo") as srv:
+    with BadServer(mode) as srv:
         r, _ = _eval(wd, bf16_build, srv.url.replace("http://", f"http://{userinfo}"), "--suites", "toolcall",
                      "--limit", "3", "--replicates", "1", *args, env=env)
     assert r.returncode == 3, r.stderr  # every item a 400: incomplete, not a crash
@@ -95,3 +99,46 @@ def test_no_message_shows_an_endpoint_password(bf16_build, tmp_path):
     for bad in (f"alice:{PASSWORD}@127.0.0.1:9/v1", f"http://alice:{PASSWORD}@[::1/v1"):
         r, _ = _eval(wd, bf16_build, bad, "--suites", "toolcall", "--limit", "1", timeout=120)
         assert r.returncode == 4 and PASSWORD not in r.stdout + r.stderr, r.stderr
+
+
+def test_a_key_echoed_encoded_is_in_nothing_written(bf16_build, tmp_path):
+    """#37: a key with `/` echoed JSON-escaped as `\\/` (PHP's json_encode), percent-encoded or base64 was stored."""
+    from urllib.parse import quote
+
+    key = "qv/slash+key=9z/7Qx"
+    env = os.environ | {"QV_ENDPOINT_CRED": key}
+    r, files = _eval_against_echo(bf16_build, tmp_path, "", "--api-key-env", "QV_ENDPOINT_CRED", env=env,
+                                  mode="echoenc")
+    forms = {key, key.replace("/", "\\/"), quote(key, safe=""), base64.b64encode(f"Bearer {key}".encode()).decode(),
+             base64.b64encode(key.encode()).decode()}
+    for p in files:
+        text = p.read_text(errors="replace")
+        assert not [f for f in forms if f in text], p
+    assert not [f for f in forms if f in r.stderr + r.stdout]
+
+
+def test_every_encoding_of_a_secret_is_masked():
+    from urllib.parse import quote
+
+    from qverify.scrub import register, scrub_text
+
+    secret = "pw/\u00e9 +x:9Kq~"  # slash, a non-ASCII char, a space, a plus
+    register(secret)
+    blob = {"auth": f"Basic {secret}", "n": 1}
+    echoes = [json.dumps(secret), json.dumps(secret).replace("/", "\\/"), json.dumps(secret, ensure_ascii=False),
+              quote(secret, safe=""), re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), quote(secret, safe="")), quote(secret), quote_plus(secret),
+              base64.b64encode(secret.encode()).decode(), base64.urlsafe_b64encode(secret.encode()).decode()]
+    echoes += [base64.b64encode((pad + json.dumps(blob)).encode()).decode() for pad in ("", "x", "xy")]
+    for echo in echoes:
+        out = scrub_text(f"error: {echo} rejected")
+        assert "***" in out and echo not in out, (echo, out)
+    assert scrub_text("ordinary text, base64 aGVsbG8gd29ybGQ=") == "ordinary text, base64 aGVsbG8gd29ybGQ="
+
+
+def test_the_resume_line_shows_no_password():
+    from qverify.interrupt import resume_line
+
+    argv = ["eval", "b1", "--endpoint", "http://alice:s3cret-pw@10.0.0.1:8000/v1", "--endpoint=https://bob:pw2x@h/v1"]
+    line = resume_line(2, argv)
+    assert "s3cret-pw" not in line and "pw2x" not in line
+    assert "http://alice:***@10.0.0.1:8000/v1" in line and "https://bob:***@h/v1" in line

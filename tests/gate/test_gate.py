@@ -238,7 +238,7 @@ def test_thresholds_and_noise_margin_from_config(wd):
 def _cli(wd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
     # --no-report: the MLflow upload after the gate is tested with the reports (tests/reports)
-    return subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(wd), "gate", "--no-report", *args],
+    return subprocess.run([sys.executable, "-m", "qverify", "--workdir", str(wd), "gate", "--no-report", "--fixed", *args],
                           check=False, capture_output=True, text=True, env=env, timeout=300)
 
 

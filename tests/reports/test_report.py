@@ -96,3 +96,24 @@ def test_report_screenshot(staged, tmp_path):
                                                        staged.report_html.as_uri()]
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
     assert out.stat().st_size > 50_000
+
+
+def test_model_output_cannot_leave_its_code_block(staged):
+    """#37: a line of ``` in a response closed report.md's fence, and the Markdown after it ran a script."""
+    from markdown_it import MarkdownIt
+
+    from qverify.reports.report import render_markdown
+
+    hostile = "ok\n```\n<script>alert(1)</script>\n````\n<img src=x onerror=alert(2)>\n"
+    flip = staged.review.flips[build_id("nvfp4_all")][0]
+    response, reason = flip.candidate.response, flip.candidate.reason
+    try:
+        flip.candidate.response = response.model_copy(update={"content": hostile})
+        flip.candidate.reason = "SyntaxError: ``` <script>alert(3)</script>"
+        tokens = MarkdownIt("commonmark").parse(render_markdown(staged.review))
+    finally:
+        flip.candidate.response, flip.candidate.reason = response, reason
+    live = [t for t in tokens if t.type == "html_block"]
+    live += [c for t in tokens if t.type == "inline" for c in t.children or [] if c.type == "html_inline"]
+    assert not [t.content for t in live if "alert" in t.content]
+    assert any(t.type == "fence" and "<script>alert(1)</script>" in t.content for t in tokens)

@@ -186,9 +186,10 @@ def test_batched_moe_gives_transformers_moe_bits(tiny):
 def test_banned_tokens_are_never_sampled_per_row():
     """Each row's banned ids are masked for that row only (the batch's bans are one scatter)."""
     from qverify.serve.embedded.engine import Engine
+    from qverify.serve.embedded.sequence import Seq
 
     logits = torch.zeros(3, 8)
     logits[:, 5] = 10.0  # every row's greedy pick is 5 unless banned
-    seqs = [type("S", (), {"req": GenRequest([1], 1, bad_token_ids=b), "seed": 0})() for b in ([5], [], [5, 6])]
+    seqs = [Seq(GenRequest([1], 1, bad_token_ids=b), done=lambda *a: None, seed=0) for b in ([5], [], [5, 6])]
     toks = Engine._sample(None, seqs, logits, torch.zeros(3, dtype=torch.long))
     assert toks[0] != 5 and toks[1] == 5 and toks[2] not in (5, 6)

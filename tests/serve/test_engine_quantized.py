@@ -236,3 +236,59 @@ def test_an_fp8_drafter_is_absorbed_and_speculates(tmp_path):
     spec = Engine(lm.model, tok, lm.drafter, spec_tokens=4).generate(reqs())
     assert [r.token_ids for r in spec] == [r.token_ids for r in plain]
     assert sum(r.meta_info["spec_accept_length"] for r in spec) / len(spec) > 2.5  # the bf16 drafter: ~4 here
+
+
+def _first_token_logprobs(engine, reqs):
+    return [torch.tensor(sorted(r.logprobs[0]["top"].values())) for r in engine.generate(reqs)]
+
+
+def test_a_generation_request_reads_its_prompt_prefix_back_from_the_fp8_pool(built, ids):
+    """Issue #36.5: SGLang serves a cached prompt prefix (an item's later replicates, a previous turn) from its radix
+    cache, and trtllm_mla prefills the last tokens over the prefix read back from the FP8 pool (prefix_reads.py). The
+    engine reads every generation request's prompt so, whatever its arrival order: 64-token pages, so 128 of 129
+    tokens cached; computed once for every request of the prompt, together or later."""
+    from qverify.serve.embedded.engine import Engine, GenRequest
+    from qverify.serve.embedded.prefix_reads import cached_prefix_len
+
+    lm = built("fp8kv")
+    prompt = (ids * 8)[:129]
+    m = cached_prefix_len(len(prompt), "trtllm_mla")
+    assert m == 128
+
+    def req(**kw):
+        return GenRequest(prompt_ids=prompt, max_tokens=2, want_logprobs=True, top_logprobs=5, **kw)
+
+    eng = Engine(lm.model, lm.tokenizer, fp8_kv=True)
+    together = _first_token_logprobs(eng, [req(), req(), req()])
+    later = _first_token_logprobs(eng, [req()])[0]  # arriving after the others finished
+    assert eng.stats["prefix_hits"] == 1  # one view, computed once for every request
+    runner = ModelRunner(lm.model, slots=2, fp8_kv=True)
+    kvs, fresh = runner.prefill([prompt], torch.tensor([len(prompt) - 1]))
+    _, hit = runner.extend(kvs[0], m, prompt[m:], torch.tensor([len(prompt) - m - 1]))
+    top = lambda logits: torch.log_softmax(logits[0], -1).topk(5).values.sort().values
+    for got in (*together, later):
+        assert torch.allclose(got, top(hit), atol=1e-5)
+    assert (top(hit) - top(fresh)).abs().max() > 1e-4  # the FP8-rounded prefix moves the first token's distribution
+    # an echo request (the kld suite) never hits in SGLang (logprob_start_len 0): the fresh prefill's rows
+    echo = Engine(lm.model, lm.tokenizer, fp8_kv=True).generate([req(prompt_logprobs=2), req(prompt_logprobs=2)])
+    assert echo[0].logprobs == echo[1].logprobs
+    assert torch.allclose(torch.tensor(sorted(echo[0].logprobs[0]["top"].values())), top(fresh), atol=1e-5)
+    # a bf16 cache gives back what it was given: no view
+    bf16 = built("nvfp4shared")
+    plain = Engine(bf16.model, bf16.tokenizer, fp8_kv=bf16.fp8_kv)
+    a, b = _first_token_logprobs(plain, [req(), req()])
+    assert torch.equal(a, b) and plain.stats["prefix_hits"] == 0
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_over_the_fp8_pool(built, ids):
+    """SGLang's chunked prefill: past chunked_prefill_size, each chunk reads the ones before back from the pool."""
+    from qverify.serve.embedded.engine import Engine, GenRequest
+
+    lm = built("fp8kv")
+    prompt = (ids * 8)[:100]
+    req = GenRequest(prompt_ids=prompt, max_tokens=1, prompt_logprobs=1)
+    whole, chunked = (Engine(lm.model, lm.tokenizer, fp8_kv=True, chunked_prefill_size=c).generate([req])[0]
+                      for c in (None, 64))
+    lp = [[r["logprob"] for r in x.prompt_logprobs[1:]] for x in (whole, chunked)]
+    assert lp[0][:63] == lp[1][:63]  # the first chunk is the same prefill
+    assert max(abs(a - b) for a, b in zip(lp[0][63:], lp[1][63:])) > 1e-4

@@ -145,3 +145,55 @@ def test_engine_prefill_equals_trtllm_mlas_fp8_prefill(model, sglang):
     s = s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
     want = torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), v8.double()) * vs
     assert (got.double() - want).abs().max() < 1e-5 * want.abs().max()
+
+
+M = 24  # of the N tokens, the cached prefix (a radix hit or an earlier chunk); the last N - M are prefilled over it
+
+
+def _tail(p, m: int = M):
+    from qverify.serve.embedded.mla import Projected
+
+    return Projected(p.q_nope[m:], p.q_rot[m:], p.latent[m:], p.cached[m:])
+
+
+def test_prefill_over_a_cached_prefix_reads_it_from_trtllm_mlas_fp8_pool(model, sglang):
+    """MHA_CHUNKED_KV (issue #36.5): the new tokens' K/V from their fresh latent, the prefix's from the bytes SGLang's
+    pool holds (its write, run here) re-expanded with kv_b_proj; each part's q, k, v through SGLang's own
+    `_quantize_fp8_qkv` (attn_mha's scale 1); one softmax over both (SGLang merges the two by log-sum-exp)."""
+    mla, p = _layer(model, "trtllm_mla")
+    k_nope, k_rope = sglang.quantize(torch.zeros(N, mla.H, mla.C), p.q_rot, p.latent[:, : mla.C], p.latent[:, mla.C:])[1:]
+    pool = _sglang_cache(sglang, mla, k_nope, k_rope).float()[:M]
+    with torch.no_grad():
+        got = mla.prefill(_tail(p), pool).view(N - M, mla.H, mla.dv)
+        fresh = mla.prefill(p).view(N, mla.H, mla.dv)[M:]  # today's engine: the whole prompt prefilled fresh
+
+        def qkv(latent):
+            kv = mla.attn.kv_b_proj(latent[:, : mla.C]).view(-1, mla.H, mla.dn + mla.dv)
+            k = torch.cat([kv[..., : mla.dn], latent[:, None, mla.C:].expand(-1, mla.H, mla.dr)], -1)
+            q = torch.cat([p.q_nope, p.q_rot], -1)[M:]
+            return sglang.quantize_qkv(q, k, kv[..., mla.dn:], SimpleNamespace(k_scale_float=1.0, v_scale_float=1.0))
+
+    q8, k_new, v_new, _, _ = qkv(p.latent[M:])
+    _, k_pre, v_pre, _, _ = qkv(pool)
+    s_new = torch.einsum("qhd,khd->hqk", q8.double(), k_new.double()) * mla.scaling
+    s_new = s_new.masked_fill(torch.ones(N - M, N - M, dtype=torch.bool).triu(1), float("-inf"))
+    s_pre = torch.einsum("qhd,khd->hqk", q8.double(), k_pre.double()) * mla.scaling
+    prob = torch.softmax(torch.cat([s_pre, s_new], -1), -1)
+    want = torch.einsum("hqk,khd->qhd", prob, torch.cat([v_pre, v_new]).double())
+    err = (got.double() - want).abs().max()
+    assert err < 1e-5 * want.abs().max()
+    assert (fresh.double() - want).abs().max() > 30 * err  # the fresh prefix is measurably not what SGLang computes
+
+
+def test_prefill_over_a_cached_prefix_reads_every_row_from_flashinfers_pool(model, sglang):
+    """flashinfer: the new rows are written first and every row is read back `.to(q.dtype)`, the query not cast;
+    reference in the absorbed form flashinfer's MLA kernel computes (q_nope W_uk against the latent, W_uv after)."""
+    mla, p = _layer(model, "flashinfer")
+    pool = _sglang_cache(sglang, mla, p.latent[:, : mla.C], p.latent[:, mla.C:]).double()
+    with torch.no_grad():
+        got = mla.prefill(_tail(p), pool[:M].float()).view(N - M, mla.H, mla.dv)
+    q = torch.cat([torch.einsum("qhd,hdc->qhc", p.q_nope.double(), mla.w_uk.double()), p.q_rot.double()], -1)[M:]
+    s = torch.einsum("qhw,kw->hqk", q, pool) * mla.scaling
+    s = s.masked_fill(torch.ones(N - M, N, dtype=torch.bool).triu(M + 1), float("-inf"))
+    want = torch.einsum("hqk,kc,hcd->qhd", torch.softmax(s, -1), pool[:, : mla.C], mla.w_uv_t.double())
+    assert (got.double() - want).abs().max() < 1e-5 * want.abs().max()

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from qverify.models import Response
-from qverify.suites.coding import CodingSuite, build_program
+from qverify.suites.coding import CodingSuite, build_program, run_answer
 from qverify.suites.humaneval_source import _problems, humaneval_items
 from qverify.suites.sandbox import UID_BASE, run_tests, sandbox_kind
 
@@ -144,7 +144,7 @@ def test_all_humaneval_canonical_solutions_pass():
 
     def run(item):
         body = solutions[item.metadata["task_id"]]
-        return item.metadata["task_id"], run_tests(build_program(item.target, body))
+        return item.metadata["task_id"], run_answer(item.target, body)
 
     with ThreadPoolExecutor(2) as pool:
         results = dict(pool.map(run, items))

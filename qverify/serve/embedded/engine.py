@@ -7,7 +7,8 @@ share a head dim; re-checked with transformers 5.17) and would cache expanded K/
 What this engine does (SGLang's design, at CPU scale):
 - continuous batching: requests join after a prefill and leave as soon as they finish, at every step;
 - prefix sharing: a prompt is prefilled once for every request carrying it (an item's replicates), and decode
-  attention reads its rows once for all of them (mla.py);
+  attention reads its rows once for all of them (mla.py); with an FP8 cache, generation requests read it as
+  SGLang's radix hits do, the prefix back from the FP8 pool (prefix_reads.py), once for all of them;
 - a vectorized, batch-invariant seeded sampler (sampler.py);
 - speculative decoding across the batch: the drafter (standalone_draft.py, eagle3_draft.py) proposes `spec_tokens`
   tokens for every running sequence, the target verifies them all in one forward; a position's token is accepted
@@ -19,12 +20,11 @@ from __future__ import annotations
 import random
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from qverify.serve.embedded.eagle3_draft import Eagle3Drafter, is_eagle3_head
+from qverify.serve.embedded.prefix_reads import CHUNKED_PREFILL_SIZE, take_hits
 from qverify.serve.embedded.request import (
     GenRequest,
     GenResult,
@@ -34,7 +34,8 @@ from qverify.serve.embedded.request import (
     prompt_logprob_rows,
 )
 from qverify.serve.embedded.runner import ModelRunner, PromptKV
-from qverify.serve.embedded.sampler import batch_params, logprob_rows, sample
+from qverify.serve.embedded.sampler import logprob_rows, sample
+from qverify.serve.embedded.sequence import Aborted, Prompt, Seq, sampling_params
 from qverify.serve.embedded.standalone_draft import propose_standalone
 
 __all__ = ["Engine", "GenRequest", "GenResult"]
@@ -45,43 +46,11 @@ __all__ = ["Engine", "GenRequest", "GenResult"]
 KEEP_PROMPTS = 64
 
 
-@dataclass
-class _Prompt:
-    ids: tuple[int, ...]
-    kv: PromptKV | None = None
-    draft_kv: PromptKV | None = None
-    eagle: Any = None  # the EAGLE3 head's rows for this prompt (eagle3_draft.PromptRows)
-    last_logits: torch.Tensor | None = None
-    logp: torch.Tensor | None = None  # [P, V] log-softmax at every position, when echo was asked for
-    echo_rows: dict[int, list] = field(default_factory=dict)  # top-k -> echo logprob rows, built once per prompt
-    users: int = 0
-    serial: int = 0  # admission order: a stable order for the prompts' table (split_kv.PromptPlan)
-
-
-@dataclass
-class _Seq:
-    req: GenRequest
-    done: Callable[[GenResult | None, BaseException | None], None]
-    seed: int
-    prompt: _Prompt | None = None
-    tokens: list[int] = field(default_factory=list)  # emitted (an EOS included)
-    lps: list[dict[str, Any]] = field(default_factory=list)
-    gen_len: int = 0  # rows in the target's gen slot
-    draft_len: int = 0
-    draft_pending: list[int] = field(default_factory=list)  # emitted tokens the drafter has not seen yet
-    verify_ct: int = 0
-    eagle: Any = None  # the EAGLE3 head's state for this sequence (eagle3_draft.SeqDraft)
-    finish: str | None = None
-
-    @property
-    def last(self) -> int:
-        return self.tokens[-1]
-
-
 class Engine:
     def __init__(self, model, tokenizer, drafter=None, max_batch: int = 256, spec_tokens: int = 4,
                  fp8_kv: bool = False, scale_mode: str = "production", sglang_scales: dict[int, float] | None = None,
-                 prefill_tokens: int = 4096, attention_backend: str = "trtllm_mla"):
+                 prefill_tokens: int = 4096, attention_backend: str = "trtllm_mla",
+                 chunked_prefill_size: int | None = CHUNKED_PREFILL_SIZE):
         self.tok = tokenizer
         self.model, self.drafter = model, drafter
         # attention_backend: whose FP8-KV numerics to emulate (kv_fp8.py; the serving profile's, default trtllm_mla)
@@ -90,22 +59,26 @@ class Engine:
         self.draft = (ModelRunner(drafter, max_batch, fp8_kv, scale_mode, attention_backend=attention_backend)
                       if drafter is not None and self.eagle is None else None)
         self.runner.capture = self.eagle.capture if self.eagle is not None else []
+        # SGLang reads a cached prefix (a repeated prompt, a long prompt's earlier chunks) back from its FP8 pool
+        # (prefix_reads.py); a bf16 pool gives back the rows it was given, so only an FP8 cache changes anything
+        self.backend, self.reads_fp8_prefix = attention_backend, self.runner.fp8_kv and scale_mode == "production"
+        self.runner.chunk = chunked_prefill_size if self.reads_fp8_prefix else None
         # SGLang's --speculative-algorithm name for what drafts here, or None
         self.speculative = "EAGLE3" if self.eagle is not None else ("STANDALONE" if self.draft is not None else None)
         self.max_batch, self.spec_tokens, self.prefill_tokens = max_batch, spec_tokens, prefill_tokens
         self.eos_id = tokenizer.eos_token_id
         self.vocab = model.config.vocab_size
         self.n_embeddings = model.get_input_embeddings().num_embeddings  # the ids a prompt may hold
-        self.waiting: deque[_Seq] = deque()
-        self._admitting: list[_Seq] = []  # taken from `waiting`, not yet running: fail_all must answer them too
-        self.running: list[_Seq] = []
-        self.prompts: OrderedDict[tuple[int, ...], _Prompt] = OrderedDict()
+        self.waiting: deque[Seq] = deque()
+        self._admitting: list[Seq] = []  # taken from `waiting`, not yet running: fail_all must answer them too
+        self.running: list[Seq] = []
+        self.prompts: OrderedDict[tuple[int, ...], Prompt] = OrderedDict()
         self._serial = 0
         self._groups_cache: dict[bool, tuple[int, list]] = {}
         self._sampling_cache: tuple[int, tuple] | None = None
         self._running_version = 0  # bumped whenever `running` changes (membership or order)
         self.stats = {"requests": 0, "batches": 0, "steps": 0, "prefill_tokens": 0, "shared_prefills": 0,
-                      "max_running": 0, "spec_tokens": 0, "spec_verify": 0}
+                      "max_running": 0, "spec_tokens": 0, "spec_verify": 0, "aborted": 0, "prefix_hits": 0}
 
     @property
     def max_context(self) -> int:
@@ -118,7 +91,7 @@ class Engine:
     def add(self, req: GenRequest, done: Callable[[GenResult | None, BaseException | None], None]) -> None:
         check_request(req, min(self.vocab, self.n_embeddings))  # ValueError: this request alone is refused
         seed = req.seed if req.seed is not None else random.getrandbits(32)
-        self.waiting.append(_Seq(req, done, seed))
+        self.waiting.append(Seq(req, done, seed))
         self.stats["requests"] += 1
 
     def has_work(self) -> bool:
@@ -145,7 +118,25 @@ class Engine:
             self._spec_step() if self.speculative else self._decode_step()
             self._retire()
 
+    def abort(self, req: GenRequest) -> bool:
+        """Drop `req`'s sequence (its client went away), between two steps: its slot and prompt are freed at once
+        and its request is answered with Aborted. False when the engine no longer holds it."""
+        for s in self.waiting:
+            if s.req is req:
+                self.waiting.remove(s)
+                self.stats["aborted"] += 1
+                s.done(None, Aborted("the client disconnected"))
+                return True
+        for s in self.running:
+            if s.req is req and s.finish is None:
+                s.fail(Aborted("the client disconnected"))
+                self.stats["aborted"] += 1
+                self._retire()
+                return True
+        return False
+
     def fail_all(self, exc: BaseException) -> None:
+        """For a failure no single sequence can be blamed for (the batched forward itself)."""
         # every sequence the engine holds is answered, those caught mid-admission too (they were in neither list)
         for s in [*self._admitting, *self.running, *self.waiting]:
             s.done(None, exc)
@@ -156,8 +147,8 @@ class Engine:
 
     # ---- admission: prefill new prompts once, share them ----
     def _admit(self) -> None:
-        fresh: dict[tuple[int, ...], _Prompt] = {}
-        admitted: list[_Seq] = []
+        fresh: dict[tuple[int, ...], Prompt] = {}
+        admitted: list[Seq] = []
         budget, slots = self.prefill_tokens, self.max_batch - len(self.running)
         while self.waiting:
             s = self.waiting[0]
@@ -169,10 +160,12 @@ class Engine:
                 if fresh and len(key) > budget:
                     break
                 self._serial += 1
-                p = fresh[key] = _Prompt(key, serial=self._serial)
+                p = fresh[key] = Prompt(key, serial=self._serial)
                 budget -= len(key)
             else:
                 self.stats["shared_prefills"] += 1
+            # every generation request reads its prompt as a radix hit (an echo never hits): prefix_reads.py
+            s.hit = self.reads_fp8_prefix and s.req.prompt_logprobs is None
             self.waiting.popleft()
             s.prompt, p.users = p, p.users + 1
             slots -= s.req.max_tokens > 0
@@ -193,6 +186,7 @@ class Engine:
             self.prompts[p.ids] = p
         for s in admitted:
             self.prompts.move_to_end(s.prompt.ids)
+        admitted = self._admitting = take_hits(self, admitted)
         self.stats["batches"] += 1
         starting = [s for s in admitted if s.req.max_tokens > 0]
         for s in admitted:
@@ -220,7 +214,7 @@ class Engine:
         self._admitting = []
         self._evict()
 
-    def _prefill_each_alone_on_error(self, prompts: list[_Prompt], echo: set[tuple[int, ...]]) -> dict[tuple, Exception]:
+    def _prefill_each_alone_on_error(self, prompts: list[Prompt], echo: set[tuple[int, ...]]) -> dict[tuple, Exception]:
         """Prefill together; if that fails, each prompt alone, so only the prompts that fail by themselves fail
         (their sequences are answered with the error, the others go on). Returns {prompt ids: error}."""
         try:
@@ -237,7 +231,7 @@ class Engine:
                 failed[p.ids] = e
         return failed
 
-    def _prefill(self, prompts: list[_Prompt], echo: set[tuple[int, ...]]) -> None:
+    def _prefill(self, prompts: list[Prompt], echo: set[tuple[int, ...]]) -> None:
         rows, start, spans = [], 0, []
         for p in prompts:
             n = len(p.ids)
@@ -317,21 +311,29 @@ class Engine:
                 s.draft_pending = ([int(drafts[b, k - 1])] if a == k else []) + [emitted[-1]]
             self._emit(s, emitted, logits[b])
 
-    def _sample(self, seqs: list[_Seq], logits: torch.Tensor, steps: torch.Tensor, cache: bool = False) -> torch.Tensor:
+    def _sample(self, seqs: list[Seq], logits: torch.Tensor, steps: torch.Tensor, cache: bool = False) -> torch.Tensor:
         """`cache`: seqs is `running`; its per-row parameters are reused until `running` changes."""
         if cache and self._sampling_cache is not None and self._sampling_cache[0] == self._running_version:
             params = self._sampling_cache[1]
         else:
-            params = batch_params([(s.req.temperature, s.req.top_p, s.seed, s.req.bad_token_ids) for s in seqs],
-                                  logits.shape[-1])
+            params = sampling_params(seqs, logits.shape[-1])
             if cache:
                 self._sampling_cache = (self._running_version, params)
         temperature, top_p, seeds, banned = params
         return sample(logits, temperature, top_p, seeds, steps, banned)
 
-    def _emit(self, s: _Seq, toks: list[int], logits: torch.Tensor, at: int = 0) -> None:
+    def _emit(self, s: Seq, toks: list[int], logits: torch.Tensor, at: int = 0) -> None:
         """Append tokens (stopping at EOS, max_tokens or a stop string); stream them; record logprobs.
-        Token j's logits are row `at + j` of `logits` (sliced only when logprobs are asked for)."""
+        Token j's logits are row `at + j` of `logits` (sliced only when logprobs are asked for). What raises here
+        is this sequence's own (its stop strings, its logprobs, its stream callback): it fails alone."""
+        if s.error is not None:
+            return
+        try:
+            self._emit_tokens(s, toks, logits, at)
+        except Exception as e:  # noqa: BLE001 - reported to this sequence's request; the batch goes on
+            s.fail(e)
+
+    def _emit_tokens(self, s: Seq, toks: list[int], logits: torch.Tensor, at: int) -> None:
         r, new = s.req, []
         for j, t in enumerate(toks):
             s.tokens.append(t)
@@ -351,7 +353,7 @@ class Engine:
         if new and r.on_token is not None:
             r.on_token(new)
 
-    def _text(self, s: _Seq) -> str:
+    def _text(self, s: Seq) -> str:
         toks = s.tokens[:-1] if s.tokens and s.tokens[-1] == self.eos_id and not s.req.ignore_eos else s.tokens
         return self.tok.decode(toks, skip_special_tokens=False)
 
@@ -371,8 +373,11 @@ class Engine:
             self._running_version += 1
             self._done(s)
 
-    def _done(self, s: _Seq) -> None:
-        s.prompt.users -= 1
+    def _done(self, s: Seq) -> None:
+        (s.prompt.base or s.prompt).users -= 1
+        if s.error is not None:
+            s.done(None, s.error)
+            return
         try:
             k, p = s.req.prompt_logprobs, s.prompt
             echo = None

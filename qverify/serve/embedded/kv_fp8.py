@@ -4,7 +4,7 @@ with the SGLang functions each line comes from).
 What every backend shares: the cached latent (512 compressed KV after kv_a_layernorm, then the 64-value rope key
 after rope) is a plain cast to FP8 with scale 1 (`MLATokenToKVPool._write_mla_kv_buffer`,
 `mla_quantize_without_rope_for_fp8`), and a prompt's own prefill attention uses the unrounded values (MHA over
-kv_b_proj of the fresh latent). Where the backends differ, the engine follows `attention_backend`:
+kv_b_proj of the fresh latent), except for a prefix it finds cached, which it reads back rounded (prefix_reads.py). Where the backends differ, the engine follows `attention_backend`:
 - trtllm_mla (the SM100 default for DeepSeek/Kimi) and cutedsl_mla (its subclass): the absorbed decode/verify query
   is cast to FP8 too; decode/verify logits are multiplied by the k_scale SGLang loaded
   (`_compute_decode_bmm1_scale`: 1.0 unless the build carries an SGLang-visible scale, which only the badscale
@@ -51,6 +51,9 @@ class LayerFp8:
     prefill_fp8: bool = False  # prefill's MHA q, k, v rounded through FP8 (scale 1)
     query_fp8: bool = False  # decode/verify absorbed query rounded through FP8 (scale 1)
     logit_scale: float = 1.0  # decode/verify attention logits multiplied by this (trtllm_mla's k_scale)
+    # a prefill over a cached prefix (prefix_reads.py) takes its own new rows' K/V from their fresh latent (trtllm_mla
+    # and cutedsl_mla: MHA_CHUNKED_KV); else every row, its own included, is the rounded latent (flashinfer)
+    extend_fresh_tail: bool = False
 
 
 def fp8_roundtrip(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -104,7 +107,8 @@ def layer_fp8(attn: torch.nn.Module, layer: int, mode: ScaleMode = "production",
     check_backend(backend)
     query_fp8, prefill_fp8, reads_k_scale = SGLANG_FP8_PATHS[backend]
     k_scale = (sglang_scales or {}).get(layer, 1.0) if reads_k_scale else 1.0
-    return LayerFp8(torch.ones(C + dr), prefill_fp8=prefill_fp8, query_fp8=query_fp8, logit_scale=k_scale)
+    return LayerFp8(torch.ones(C + dr), prefill_fp8=prefill_fp8, query_fp8=query_fp8, logit_scale=k_scale,
+                    extend_fresh_tail=backend != "flashinfer")
 
 
 def kv_quant_enabled(attn: torch.nn.Module) -> bool:

@@ -99,8 +99,9 @@ PREFILL_BLOCK = 64  # query rows per block (A/B on prompts of 180-1,000 tokens: 
 _ABOVE_DIAGONAL = torch.ones(PREFILL_BLOCK, PREFILL_BLOCK, dtype=torch.bool).triu(1)  # a diagonal block's mask
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """softmax(q k^T * scale, causal) v for q, k [H, n, d], v [H, n, dv] -> [H, n, dv].
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, offset: int = 0) -> torch.Tensor:
+    """softmax(q k^T * scale, causal) v for q [H, n, d], k [H, offset + n, d], v [H, offset + n, dv] -> [H, n, dv]:
+    query row i sees keys 0..offset + i (offset: the rows of a cached prefix before the n new tokens).
 
     Why not torch's SDPA: its fused CPU kernel wants V as wide as Q/K (dv 32 against 96 here: else its math path,
     3x slower), so V had to be padded and two thirds of the P @ V work were zeros; and at 4 heads it ran at 20-35
@@ -112,18 +113,18 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     below is the fallback.
     Half-precision inputs are computed in fp32 (as the fused kernel accumulates) and the result cast back."""
     if q.dtype != torch.float32:
-        return causal_attention(q.float(), k.float(), v.float(), scale).to(v.dtype)
-    out = causal_prefill(q, k, v, scale)  # [n, H, dv]
+        return causal_attention(q.float(), k.float(), v.float(), scale, offset).to(v.dtype)
+    out = causal_prefill(q, k, v, scale) if offset == 0 else None  # [n, H, dv] (the kernel's keys are its queries)
     if out is not None:
         return out.transpose(0, 1)
     H, n, _ = q.shape
     out = torch.empty(H, n, v.shape[-1])
-    B, above = PREFILL_BLOCK, _ABOVE_DIAGONAL
+    B, above, m = PREFILL_BLOCK, _ABOVE_DIAGONAL, offset
     for s in range(0, n, B):
         t = min(n, s + B)
-        scores = torch.matmul(q[:, s:t], k[:, :t].transpose(-1, -2)) * scale
-        scores[..., s:].masked_fill_(above[: t - s, : t - s], float("-inf"))
-        torch.matmul(torch.softmax(scores, -1), v[:, :t], out=out[:, s:t])
+        scores = torch.matmul(q[:, s:t], k[:, : m + t].transpose(-1, -2)) * scale
+        scores[..., m + s:].masked_fill_(above[: t - s, : t - s], float("-inf"))
+        torch.matmul(torch.softmax(scores, -1), v[:, : m + t], out=out[:, s:t])
     return out
 
 
@@ -165,21 +166,34 @@ class MLALayer:
         cached = latent if self.kv_scale is None else fp8_roundtrip(latent, self.kv_scale)
         return Projected(q[..., : self.dn], q_rot, latent, cached)
 
-    def prefill(self, p: Projected) -> torch.Tensor:
-        """Causal MHA over one prompt's own tokens: [P, H * dv] (kv_b_proj expands the prompt's latent once).
+    def prefill(self, p: Projected, prefix: torch.Tensor | None = None) -> torch.Tensor:
+        """Causal MHA over one prompt's new tokens: [n, H * dv] (kv_b_proj expands the latent once).
         SGLang expands the fresh latent (its MHA prefill never reads the cache it writes); trtllm_mla then casts
-        q, k, v to FP8 with scale 1 (kv_fp8.py). compressed-tensors' HF forward expands the rounded one."""
+        q, k, v to FP8 with scale 1 (kv_fp8.py). compressed-tensors' HF forward expands the rounded one.
+
+        `prefix` [m, width]: cached rows before the new tokens (a radix hit or an earlier chunk: prefix_reads.py),
+        as the pool holds them (FP8-rounded). SGLang 0.5.23 reads them back:
+        - trtllm_mla / cutedsl_mla, MHA_CHUNKED_KV: the new tokens' K/V from their fresh latent as above
+          (forward_mha.py:253-294), the prefix's gathered from the pool, dequantized and re-expanded with kv_b_proj
+          (forward_mha.py:520-563, _get_mla_kv_buffer 628-649), both kernels casting q, k, v to FP8 at scale 1
+          (trtllm_mla_backend.py:1080-1081), the two merged by log-sum-exp (forward_mha.py:579: the same softmax
+          over all keys at once, as here);
+        - flashinfer: every K/V row is the rounded latent, the new tokens' own too: the absorbed path writes them
+          first and reads the pool `.to(q.dtype)` (flashinfer_mla_backend.py:761), MHA_ONE_SHOT (from 8,192 prefix
+          tokens) re-reads every row (forward_mha.py:254-287); the query is not cast."""
         f = self.fp8
-        latent = p.cached if f is not None and f.prefill_from_cache else p.latent
-        n, H, dn = latent.shape[0], self.H, self.dn
-        kv = self.attn.kv_b_proj(latent[:, : self.C].unsqueeze(0))[0].view(n, H, dn + self.dv)
+        rounded_own = f is not None and (f.prefill_from_cache or (prefix is not None and not f.extend_fresh_tail))
+        own = p.cached if rounded_own else p.latent
+        latent = own if prefix is None else torch.cat([prefix, own])
+        n, L, H, dn = own.shape[0], latent.shape[0], self.H, self.dn
+        kv = self.attn.kv_b_proj(latent[:, : self.C].unsqueeze(0))[0].view(L, H, dn + self.dv)
         # heads first, each contiguous: what the batched GEMMs read
         q = torch.cat([p.q_nope.transpose(0, 1), p.q_rot.transpose(0, 1)], dim=-1)
-        k = torch.cat([kv[..., :dn].transpose(0, 1), latent[None, :, self.C:].expand(H, n, self.dr)], dim=-1)
+        k = torch.cat([kv[..., :dn].transpose(0, 1), latent[None, :, self.C:].expand(H, L, self.dr)], dim=-1)
         v = kv[..., dn:].transpose(0, 1).contiguous()
         if f is not None and f.prefill_fp8 and q.dtype == torch.float32:
             q, k, v = fp8_cast(q), fp8_cast(k), fp8_cast(v)
-        return causal_attention(q, k, v, self.scaling).transpose(0, 1).reshape(n, H * self.dv)
+        return causal_attention(q, k, v, self.scaling, L - n).transpose(0, 1).reshape(n, H * self.dv)
 
     def absorbed_query(self, p: Projected) -> torch.Tensor:
         """[N, H, C + dr] queries against the latent, softmax scale (and trtllm_mla's k_scale) folded in; rounded

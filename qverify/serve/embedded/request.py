@@ -42,6 +42,8 @@ def check_request(req: GenRequest, vocab: int) -> None:
         raise ValueError(f"temperature must be a number >= 0 (got {req.temperature})")
     if not math.isfinite(req.top_p) or not 0 < req.top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] (got {req.top_p})")
+    if req.seed is not None and not -(2**63) <= req.seed <= 2**63 - 1:  # SGLang's SamplingParams range (int64)
+        raise ValueError(f"seed must be in [-2**63, 2**63 - 1] (got {req.seed})")
     if req.max_tokens < 0:
         raise ValueError(f"max_tokens must be >= 0 (got {req.max_tokens})")
     for name, k in (("top_logprobs", req.top_logprobs), ("logprobs", req.prompt_logprobs)):

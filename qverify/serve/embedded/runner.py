@@ -24,6 +24,7 @@ from qverify.serve.embedded.moe import moe_forward, plain_fused_experts
 from qverify.serve.embedded.mqa_kernel import fused_decode
 from qverify.serve.embedded.mqa_kernel import load as load_attention_kernel
 from qverify.serve.embedded.mqa_kernel import ready as kernel_ready
+from qverify.serve.embedded.prefix_reads import chunk_starts
 from qverify.serve.embedded.split_kv import PromptPlan, PromptTable, decode_attention
 
 
@@ -56,6 +57,7 @@ class ModelRunner:
         # EAGLE3: the layers whose inputs each forward keeps, concatenated in `aux` [tokens, len * hidden]
         self.capture: list[int] = []
         self.aux: torch.Tensor | None = None
+        self.chunk: int | None = None  # chunked prefill's size (prefix_reads.py); None: every prompt in one piece
         load_attention_kernel()  # built once per machine (~40 s), here rather than inside the first decode step
 
     @property
@@ -110,7 +112,56 @@ class ModelRunner:
     @torch.no_grad()
     def prefill(self, prompts: list[list[int]], logit_rows: torch.Tensor) -> tuple[list[PromptKV], torch.Tensor]:
         """Run new prompts (flattened into one forward); returns their caches and the logits at `logit_rows`
-        (indices into the flattened tokens)."""
+        (indices into the flattened tokens). A prompt longer than `chunk` is prefilled chunk by chunk, each chunk
+        over the rows of the ones before as the cache holds them (SGLang's chunked prefill: prefix_reads.py)."""
+        if all(len(chunk_starts(len(p), self.chunk)) == 1 for p in prompts):
+            return self._prefill(prompts, logit_rows)
+        kvs, logits, aux, start = [], [], [], 0
+        for p in prompts:  # (rare: one at a time)
+            mine = logit_rows[(logit_rows >= start) & (logit_rows < start + len(p))] - start
+            kv, lg = self._chunked(p, mine)
+            kvs.append(kv)
+            logits.append(lg)
+            aux.append(self.aux)
+            start += len(p)
+        self.aux = None if aux[0] is None else torch.cat(aux)
+        return kvs, torch.cat(logits)
+
+    def _chunked(self, ids: list[int], rows: torch.Tensor) -> tuple[PromptKV, torch.Tensor]:
+        starts = chunk_starts(len(ids), self.chunk)
+        kv, logits, aux = None, [], []
+        for s, e in zip(starts, [*starts[1:], len(ids)]):
+            mine = rows[(rows >= s) & (rows < e)] - s
+            if kv is None:
+                kvs, lg = self._prefill([ids[s:e]], mine)
+                kv = kvs[0]
+            else:
+                kv, lg = self.extend(kv, s, ids[s:e], mine)
+            logits.append(lg)
+            aux.append(self.aux)
+        self.aux = None if aux[0] is None else torch.cat(aux)
+        return kv, torch.cat(logits)
+
+    @torch.no_grad()
+    def extend(self, prefix: PromptKV, m: int, tail: list[int], logit_rows: torch.Tensor) -> tuple[PromptKV, torch.Tensor]:
+        """Prefill `tail` after the first m cached rows of `prefix`, read as the pool holds them (FP8-rounded for an
+        FP8 cache; mla.MLALayer.prefill says how each backend reads them): a radix hit or a later chunk
+        (prefix_reads.py). Returns the cache of all m + len(tail) rows and the logits at `logit_rows` (into tail)."""
+        n = len(tail)
+        kv = PromptKV(torch.empty(len(self.layers), m + n, self.width))
+        kv.rows[:, :m] = prefix.rows[:, :m]
+        x, cos, sin = self._embed(torch.tensor(tail), torch.arange(m, m + n))
+        aux = []
+        for li, (layer, mla) in enumerate(zip(self.layers, self.mla)):
+            if li in self.capture:
+                aux.append(x[0])
+            p = mla.project(layer.input_layernorm(x), cos, sin)
+            kv.rows[li, m:] = p.cached
+            x = self._mlp(li, x, mla.prefill(p, prefix.rows[li, :m]))
+        self.aux = torch.cat(aux, -1) if aux else None
+        return kv, self._logits(x, logit_rows)
+
+    def _prefill(self, prompts: list[list[int]], logit_rows: torch.Tensor) -> tuple[list[PromptKV], torch.Tensor]:
         lens = [len(p) for p in prompts]
         ids = torch.tensor([t for p in prompts for t in p])
         pos = torch.cat([torch.arange(n) for n in lens])
