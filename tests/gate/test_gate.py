@@ -129,6 +129,7 @@ def test_no_effect_passes_small_never_fails_large_fails(wd):
     assert m.noise_band > 0 and m.details["noise_sd"] == m.noise_band  # the run-to-run SD is reported
 
 
+@pytest.mark.slow
 def test_default_suites_are_the_configured_ones_the_baseline_ran(wd):
     r = run_gate(wd, "base", ["aa"], config=QVerifyConfig())
     assert r.config["suites"] == ["coding", "toolcall"] and r.verdict == "PASS"
