@@ -14,11 +14,15 @@ sizes in --old-sizes; at the others `--table` extrapolates it linearly in bf16 b
 (marked "~"). Checkpoints beyond the template are grown shard by shard (tests/fixtures/kimi_k25_grow.py): making them
 with llm-compressor would need ~4x their bf16 bytes.
 Results go to benchmarks/results/build_memory.json; docs/build.md extrapolates them to K2.6.
+Between consecutive sizes it prints the peak's growth per added byte of routed experts in bf16 (`growth_ratio`): the
+machine-independent figure tests/quantize/test_build_memory.py asserts (a build that holds the experts dequantized
+grows ~2-3x, a layer-bounded one ~0.3x); the absolute figures here are reported, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -128,6 +132,27 @@ def _params(d: Path) -> tuple[int, int]:
     return routed + other, routed
 
 
+def grown_checkpoint(cache: Path, spec: str, hidden: int) -> Path:
+    """The LAYERSxEXPERTS (`spec`) kimi_k25 checkpoint at `hidden`, grown from a 2x4 template (both cached)."""
+    from tests.fixtures.kimi_k25 import kimi_k25_dir
+    from tests.fixtures.kimi_k25_grow import grow_kimi_k25
+
+    template = kimi_k25_dir(Path(cache), layers=2, experts=4, hidden=hidden)
+    layers, experts = (int(x) for x in spec.split("x"))
+    src = Path(cache) / f"grown-{template.name}-{spec}"
+    if not (src / "config.json").is_file():
+        grow_kimi_k25(template, src, layers, experts)
+    return src
+
+
+def growth_ratio(small: dict, large: dict, routed_small: int, routed_large: int) -> float:
+    """The peak above base's growth from the small checkpoint's build to the large one's, per added byte of routed
+    experts in bf16 (2 bytes a parameter). It cancels the libraries' footprint, the allocator's and the part of the
+    model both sizes share: ~0.3 for a build that holds one layer's experts at a time, 2-3 for one that holds them
+    all dequantized (measured: tests/quantize/test_build_memory.py's docstring)."""
+    return (large["peak_above_base"] - small["peak_above_base"]) / (2 * (routed_large - routed_small))
+
+
 def _numel(shape) -> int:
     n = 1
     for s in shape:
@@ -147,20 +172,13 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/build_memory.json"))
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from tests.fixtures.kimi_k25 import kimi_k25_dir
-    from tests.fixtures.kimi_k25_grow import grow_kimi_k25
-
     rows = []
     with tempfile.TemporaryDirectory(prefix="qverify-buildmem-") as t:
         tmp = Path(t)
         old = code_at(tmp, a.old_ref)
         new = code_at(tmp, a.new_ref, "new") if a.new_ref else ROOT
-        template = kimi_k25_dir(Path(a.cache), layers=2, experts=4, hidden=a.hidden)
         for spec in a.sizes.split(","):
-            layers, experts = (int(x) for x in spec.split("x"))
-            src = Path(a.cache) / f"grown-{template.name}-{spec}"
-            if not (src / "config.json").is_file():
-                grow_kimi_k25(template, src, layers, experts)
+            src = grown_checkpoint(Path(a.cache), spec, a.hidden)
             runs_old = spec in a.old_sizes.split(",")
             flat = flat_copy(src, tmp / f"flat-{spec}") if runs_old else None
             params, routed = _params(src)
@@ -180,6 +198,18 @@ def main() -> None:
             Path(a.out).write_text(json.dumps({"hidden": a.hidden, "calibration": CALIB, "old_ref": a.old_ref,
                                                "rows": rows}, indent=2) + "\n")
             _print(row)
+    _print_growth(rows)
+
+
+def _print_growth(rows: list[dict]) -> None:
+    """growth_ratio between consecutive sizes (by routed parameters), for every code and recipe measured at both."""
+    rows = sorted(rows, key=lambda r: r["routed_params"])
+    for small, large in itertools.pairwise(rows):
+        for key in (k for k in large if ":" in k and k in small):
+            a, b = small[key], large[key]
+            if a.get("ok") and b.get("ok"):
+                g = growth_ratio(a, b, small["routed_params"], large["routed_params"])
+                print(f"{small['size']} -> {large['size']} {key}: peak grows {g:.2f}x the added routed bf16 bytes")
 
 
 def _print(row: dict) -> None:

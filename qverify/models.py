@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -37,7 +37,7 @@ def content_hash(obj: Any, n: int = 16) -> str:
 
 
 def utcnow() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 # Build ids and recipe names become folder names (builds/<id>, runs/<id>): one path component that cannot
@@ -200,7 +200,7 @@ class Item(Strict):
         return canonical_split(v) if v == "held-out" else v  # runs written before validation and test were separated
 
     @classmethod
-    def make(cls, suite: str, split: str, **content: Any) -> "Item":
+    def make(cls, suite: str, split: str, **content: Any) -> Item:
         key = {k: content.get(k) for k in ("messages", "tools", "prompt", "target", "kind")}
         return cls(id=f"{suite}-{content_hash(key, 12)}", suite=suite, split=split, **content)
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import time
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote
+
+from tests.stubserver import StubHandler, StubServer
 
 CODE = "```python\ndef f(x):\n    return x\n```"
 
@@ -91,18 +91,11 @@ class BadServer:
         self.seen: dict[bytes, int] = {}
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(StubHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, *a):  # quiet
-                pass
-
             def _send(self, code: int, ctype: str, body: bytes) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.send_body(code, body, ctype)
 
             def do_GET(self):
                 if self.path in ("/health", "/health_generate"):
@@ -188,18 +181,15 @@ class BadServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.server = StubServer(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return self.server.url
 
     def __enter__(self) -> BadServer:
-        self.thread.start()
+        self.server.start()
         return self
 
     def __exit__(self, *a) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.server.stop()

@@ -42,6 +42,7 @@ def test_eval_reads_qverify_toml(tmp_path):
     assert r.returncode == 4 and "unknown key 'replicatez'" in r.stderr
 
 
+@pytest.mark.slow
 def test_builds_are_evaluated_at_the_same_time_on_the_embedded_backend(tmp_path):
     """Two builds, two one-thread servers at once (a 2-core box used to idle a core): their runs overlap in
     time, both complete, and the same weights give the same answers as one build evaluated alone."""
@@ -75,6 +76,7 @@ def test_builds_are_evaluated_at_the_same_time_on_the_embedded_backend(tmp_path)
     assert answers(wd, ids[0]) == answers(wd, ids[1]) == answers(alone, only)
 
 
+@pytest.mark.slow
 def test_gate_recipe_and_its_rounds_compose_the_twin_and_evaluate_it_on_greedy_alongside(tiny_model_dir, tmp_path):
     """`qverify gate --recipe` for a candidate that changes target and drafter: the gate's one evaluation flow
     (qverify.rounds) composes the twin (its target, the baseline's drafter) and evaluates it on the greedy suite only,
@@ -116,6 +118,7 @@ def test_gate_recipe_and_its_rounds_compose_the_twin_and_evaluate_it_on_greedy_a
     assert report.candidates[0].compared_with == {"greedy/match": twins[0]}
 
 
+@pytest.mark.slow
 def test_gate_attaches_to_the_configs_endpoint_as_eval_does(tiny_model_dir, tmp_path):
     """qverify.toml with `[serving] endpoint = URL` and no backend: `qverify eval`, `gate --recipe` and
     `gate --budget` all resolve the profile through pipeline.serving_profile and attach to that endpoint (both

@@ -9,6 +9,7 @@ read at once share one budget too (IN_FLIGHT), so many hostile answers together 
 from __future__ import annotations
 
 import email.utils
+import math
 import threading
 import time
 import zlib
@@ -149,4 +150,4 @@ def retry_after_s(r: httpx.Response) -> float | None:
             s = email.utils.parsedate_to_datetime(v).timestamp() - time.time()
         except (TypeError, ValueError, IndexError, OverflowError):
             return None
-    return max(0.0, s) if s == s and s != float("inf") else None
+    return max(0.0, s) if not math.isnan(s) and s != math.inf else None

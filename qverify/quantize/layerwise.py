@@ -139,20 +139,12 @@ def _set_weight(module, t) -> None:
     module.weight = t if isinstance(t, torch.nn.Parameter) else torch.nn.Parameter(t, requires_grad=False)
 
 
-def load_layerwise(model_dir: Path, layout: Layout, shipped: Shipped, progress: Progress | None = None):
-    """(model, onloader): the text model with every non-routed tensor loaded and routed experts as stand-ins."""
-    import torch
+def _load_unshipped(model, model_dir: Path, layout: Layout, shipped: Shipped, expected: set[str],
+                    progress: Progress | None) -> set[str]:
+    """Assign every text-model tensor the release does not ship quantized into `model`, shard by shard; returns
+    their text-model names."""
     from safetensors import safe_open
 
-    from qverify.quantize.shipped import _native_config_dir
-
-    config = _text_config(layout)
-    dtype = getattr(config, "dtype", None) or torch.bfloat16
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    _native_config_dir(config)  # oneshot re-reads config.json from name_or_path
-    model = _meta_model(config, dtype)
-    expected = model.state_dict()
     shipped_tensors, loaded = shipped.tensors(), set()
     for shard in sorted(model_dir.glob("*.safetensors")):
         with safe_open(shard, "pt") as f:
@@ -169,6 +161,23 @@ def load_layerwise(model_dir: Path, layout: Layout, shipped: Shipped, progress: 
         loaded |= set(state)
         if progress:
             progress(f"load: {shard.name} ({len(state)} tensors)")
+    return loaded
+
+
+def load_layerwise(model_dir: Path, layout: Layout, shipped: Shipped, progress: Progress | None = None):
+    """(model, onloader): the text model with every non-routed tensor loaded and routed experts as stand-ins."""
+    import torch
+
+    from qverify.quantize.shipped import _native_config_dir
+
+    config = _text_config(layout)
+    dtype = getattr(config, "dtype", None) or torch.bfloat16
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    _native_config_dir(config)  # oneshot re-reads config.json from name_or_path
+    model = _meta_model(config, dtype)
+    expected = model.state_dict()
+    loaded = _load_unshipped(model, model_dir, layout, shipped, set(expected), progress)
     for module in shipped.modules:
         text = layout.text_name(module)
         if text is not None:

@@ -26,6 +26,16 @@ def _expected_shapes(layout: Layout) -> tuple[dict[str, tuple], set[str]]:
     return {n: tuple(t.shape) for n, t in model.state_dict().items()}, {n for n, _ in model.named_modules()}
 
 
+def _check_kv_scale(name: str, t, modules: set[str], where: str) -> None:
+    """A KV scale sits on an attention of the text model and is a positive finite number."""
+    import torch
+
+    if name.split(".self_attn.")[0] + ".self_attn" not in modules:
+        raise IntegrityError(f"{where}: {name} belongs to no attention of the text model", fix="rebuild it with --force")
+    if not (torch.isfinite(t.float()).all() and (t.float() > 0).all()):
+        raise IntegrityError(f"{where}: KV scale {name} is not a positive finite number", fix="rebuild it with --force")
+
+
 def check_recipe_tensors(tensors: dict, layout: Layout, qc: dict, where: str, declared_k_scale: float = 1.0) -> int:
     """Check `tensors` ({text-model name: tensor}); returns how many were checked. `declared_k_scale`: the one
     SGLang-visible MLA scale a control may carry (kv_scales.check_sglang_scales; 1.0 for every other build)."""
@@ -41,10 +51,7 @@ def check_recipe_tensors(tensors: dict, layout: Layout, qc: dict, where: str, de
     for name, t in tensors.items():
         module, leaf = name.rsplit(".", 1)
         if _KV.search(name):
-            if name.split(".self_attn.")[0] + ".self_attn" not in modules:
-                raise IntegrityError(f"{where}: {name} belongs to no attention of the text model", fix="rebuild it with --force")
-            if not (torch.isfinite(t.float()).all() and (t.float() > 0).all()):
-                raise IntegrityError(f"{where}: KV scale {name} is not a positive finite number", fix="rebuild it with --force")
+            _check_kv_scale(name, t, modules, where)
         elif module not in modules:
             raise IntegrityError(f"{where}: {name} belongs to no module of the text model", fix="rebuild it with --force")
         elif leaf in _QUANT_LEAVES:

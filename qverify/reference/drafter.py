@@ -39,7 +39,7 @@ def target_outputs(target, tok, work: Path, n_prompts: int) -> list[data.Example
         rows = [json.loads(x) for x in path.read_text().splitlines()]
         if len(rows) >= n_prompts:
             return [data.Example(r["prompt"], r["answer"]) for r in rows]
-    count = lambda s: len(tok(s, add_special_tokens=False)["input_ids"])  # noqa: E731
+    count = lambda s: len(tok(s, add_special_tokens=False)["input_ids"])
     rows = []
     for task, (share, max_new) in POOL_MIX.items():
         exs: list[data.Example] = []

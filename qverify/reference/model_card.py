@@ -156,16 +156,11 @@ def _acceptance(t: dict) -> str:
 
 
 def card(t: dict, qs: dict | None = None) -> str:
-    ws = t.get("warm_start")
-    init = (f"warm-started from the previous qverify-tiny ({ws['tokens'] / 1e6:.1f}M tokens, {ws['minutes']} min, "
-            "trained on the first coding generator), then " if ws else "trained from scratch, then ")
-    held = "\n".join(f"| {k} | {v} |" for k, v in sorted(t["test"].items()))
-    d = t.get("data") or {}
-    dedupe = "\n".join(
-        f"| {s} | {st['drawn']} | {st['other_split']} | {st['duplicate_behaviour']} | {d.get('leaks_vs_train_300', {}).get(s, '–')} |"
-        for s, st in d.items() if s in ("validation", "test"))
-    c = t["target"]["config"]
-    notes = "".join(f"\n- {n}" for n in t.get("notes", []))
+    """The model card (the asset's README.md), section by section."""
+    return _intro(t) + _splits(t) + _training(t) + _results(t, qs) + REPRODUCING
+
+
+def _intro(t: dict) -> str:
     return f"""# qverify-tiny
 
 The embedded reference model of qverify: a transformers `DeepseekV3ForCausalLM` (the DeepSeek-V3 /
@@ -181,7 +176,15 @@ hold the numbers, and `qverify.reference.model_card.render_card` renders this fi
 - Parameters: {t['params']['total']:,} total, {t['params']['active']:,} active per token.
 - Drafter (`drafter/`): 2 dense layers, hidden 96, {t['drafter_params']['total']:,} parameters, same tokenizer.
 
-## Splits: train, validation, test
+"""
+
+
+def _splits(t: dict) -> str:
+    d = t.get("data") or {}
+    dedupe = "\n".join(
+        f"| {s} | {st['drawn']} | {st['other_split']} | {st['duplicate_behaviour']} | {d.get('leaks_vs_train_300', {}).get(s, '–')} |"
+        for s, st in d.items() if s in ("validation", "test"))
+    return f"""## Splits: train, validation, test
 Every synthetic suite hashes an item's identity key into **test** (10% of the key space), **validation**
 (10%) or **train** (80%, the same train share as the first model's). Training reads train only; the
 learning curve and any tuning of the recipe read validation; the scores below and `qverify eval`'s
@@ -202,7 +205,16 @@ s", "the index of the first element of xs greater than the mean of the elements 
 comparisons; stateful scans), and hidden tests that include, for every program one choice away, an input
 on which it differs.
 
-## Training
+"""
+
+
+def _training(t: dict) -> str:
+    ws = t.get("warm_start")
+    init = (f"warm-started from the previous qverify-tiny ({ws['tokens'] / 1e6:.1f}M tokens, {ws['minutes']} min, "
+            "trained on the first coding generator), then " if ws else "trained from scratch, then ")
+    c = t["target"]["config"]
+    notes = "".join(f"\n- {n}" for n in t.get("notes", []))
+    return f"""## Training
 - Target: {init}{t['target']['tokens'] / 1e6:.2f}M tokens in {t['target']['minutes']} min on {t['device']} ({t['threads']} thread(s)),
   AdamW fp32, LR {c['lr']:g} cosine to {c['min_lr_frac']:g}×, batches of ≤ {c['batch_tokens']} tokens, loss = mean over all
   tokens + mean over answer tokens. Mix after the warm start (`data.WARM_START_MIX`): coding 50% / toolcall 20% /
@@ -218,7 +230,12 @@ on which it differs.
 |---|---|---|---|---|
 {_curve(t)}
 
-## Scores on the test split
+"""
+
+
+def _results(t: dict, qs: dict | None) -> str:
+    held = "\n".join(f"| {k} | {v} |" for k, v in sorted(t["test"].items()))
+    return f"""## Scores on the test split
 At each suite's gating sampling (T 0.6, top-p 0.95), served by the embedded server with `qverify eval`
 on the bf16 build (from `scripts/quant_sensitivity.py`):
 
@@ -236,7 +253,10 @@ Greedy, bf16 weights, straight on the model (`qverify.reference.evaluate`, {t.ge
 ## Quantization sensitivity
 {sensitivity_table(qs)}
 
-## Reproducing
+"""
+
+
+REPRODUCING = """## Reproducing
 - `python scripts/train_reference_model.py` trains the target and the drafter, then renders this card. It is
   resumable; `--init-from DIR` warm-starts, `--stop-at HH:MM` (UTC) is a time budget, `--smoke` runs a few steps.
 - `python scripts/train_drafter.py` (resumable) re-distils the drafter against the committed target, whose weights

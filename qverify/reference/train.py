@@ -79,15 +79,8 @@ def train(model, tok, cfg: TrainConfig, work: Path, evaluate=None, task_fn=pick_
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     ckpt = work / f"{tag}.pt"
-    state = {"step": 0, "seen": 0, "wall": 0.0, "curve": [], "next_eval": cfg.eval_every_tokens}
-    if ckpt.exists():
-        blob = torch.load(ckpt, map_location=device, weights_only=False)
-        model.load_state_dict(blob["model"])
-        opt.load_state_dict(blob["opt"])
-        state = blob["state"]
-        LOG(f"[{tag}] resumed at step {state['step']}, {state['seen'] / 1e6:.2f}M tokens, {state['wall'] / 60:.1f} min")
-    eos, pad = tok.eos_token, tok.pad_token_id
-    count = lambda s: len(tok(s, add_special_tokens=False)["input_ids"])  # noqa: E731
+    state = _resume(ckpt, model, opt, device, tag) or {"step": 0, "seen": 0, "wall": 0.0, "curve": [],
+                                                       "next_eval": cfg.eval_every_tokens}
     t_last_ckpt = t0 = time.time()
     wall0 = state["wall"]
     model.train()
@@ -96,18 +89,7 @@ def train(model, tok, cfg: TrainConfig, work: Path, evaluate=None, task_fn=pick_
             LOG(f"[{tag}] time budget reached at {state['seen'] / 1e6:.2f}M of {cfg.tokens / 1e6:.2f}M tokens", flush=True)
             state["stopped_early"] = True
             break
-        rng = random.Random(f"{cfg.seed}:{tag}:{state['step']}")
-        task, length = task_fn(rng, state["seen"] / cfg.tokens)
-        est = {"copy": 40, "induction": 64, "coding": 110, "toolcall": 150}.get(task, length + 20)
-        bsz = max(1, min(cfg.max_batch, cfg.batch_tokens // est))
-        seed = state["step"] * 7919 + cfg.seed
-        if task == "induction":
-            # ids above the special tokens; random ids, not text, so there is nothing to guess but a copy
-            sep = tok.convert_tokens_to_ids("<|im_middle|>")
-            ids, valid, ans = (t.to(device) for t in induction_batch(bsz, seed, len(tok.all_special_ids) + 1,
-                                                                       len(tok), sep))
-        else:
-            ids, valid, ans = make_batch(tok, example_fn(task, bsz, seed, count, length), eos, pad, device)
+        task, (ids, valid, ans) = _next_batch(tok, cfg, tag, state, task_fn, example_fn, device)
         for g in opt.param_groups:
             g["lr"] = lr_at(cfg, state["seen"])
         loss = loss_fn(model, ids, valid, ans)
@@ -135,6 +117,33 @@ def train(model, tok, cfg: TrainConfig, work: Path, evaluate=None, task_fn=pick_
     _save(ckpt, model, opt, state)
     model.eval()
     return state
+
+
+def _resume(ckpt: Path, model, opt, device, tag: str) -> dict | None:
+    """Load model and optimizer from `ckpt` when it exists; returns its training state (None: start afresh)."""
+    if not ckpt.exists():
+        return None
+    blob = torch.load(ckpt, map_location=device, weights_only=False)
+    model.load_state_dict(blob["model"])
+    opt.load_state_dict(blob["opt"])
+    state = blob["state"]
+    LOG(f"[{tag}] resumed at step {state['step']}, {state['seen'] / 1e6:.2f}M tokens, {state['wall'] / 60:.1f} min")
+    return state
+
+
+def _next_batch(tok, cfg: TrainConfig, tag: str, state: dict, task_fn, example_fn, device) -> tuple[str, tuple]:
+    """(task, (ids, valid, answer mask)) of this step: drawn from the step number, so a resumed run draws the same."""
+    rng = random.Random(f"{cfg.seed}:{tag}:{state['step']}")
+    task, length = task_fn(rng, state["seen"] / cfg.tokens)
+    est = {"copy": 40, "induction": 64, "coding": 110, "toolcall": 150}.get(task, length + 20)
+    bsz = max(1, min(cfg.max_batch, cfg.batch_tokens // est))
+    seed = state["step"] * 7919 + cfg.seed
+    if task == "induction":
+        # ids above the special tokens; random ids, not text, so there is nothing to guess but a copy
+        sep = tok.convert_tokens_to_ids("<|im_middle|>")
+        return task, tuple(t.to(device) for t in induction_batch(bsz, seed, len(tok.all_special_ids) + 1, len(tok), sep))
+    count = lambda s: len(tok(s, add_special_tokens=False)["input_ids"])
+    return task, make_batch(tok, example_fn(task, bsz, seed, count, length), tok.eos_token, tok.pad_token_id, device)
 
 
 def _save(path: Path, model, opt, state) -> None:

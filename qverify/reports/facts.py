@@ -109,6 +109,15 @@ def _scheme_line(s: Any) -> str:
     return f"{s.scheme} on {what}" + (f", targets {targets}" if targets else "") + (f", format {s.format}" if s.format else "")
 
 
+def _serving_changes(base: dict, cand: dict) -> list[str]:
+    out = []
+    for k, v in cand.items():
+        if base.get(k) != v:
+            was = f" (was {base[k]})" if k in base else ""
+            out.append(f"serving {k} = {v}{was}")
+    return out + [f"serving {k} removed (was {v})" for k, v in base.items() if k not in cand]
+
+
 def recipe_changes(base: BuildManifest | None, cand: BuildManifest | None) -> list[str]:
     """Plain-language differences a reviewer needs: schemes, KV dtype, drafter, serving settings, size."""
     if cand is None:
@@ -123,14 +132,7 @@ def recipe_changes(base: BuildManifest | None, cand: BuildManifest | None) -> li
         out.append(f"KV cache {base.kv_dtype if base else '?'} → {cand.kv_dtype}")
     if cand.drafter and (base is None or cand.drafter != base.drafter):
         out.append(f"drafter {cand.drafter}")
-    b_serv = base.serving if base else {}
-    for k, v in cand.serving.items():
-        if b_serv.get(k) != v:
-            was = f" (was {b_serv[k]})" if k in b_serv else ""
-            out.append(f"serving {k} = {v}{was}")
-    for k in b_serv:
-        if k not in cand.serving:
-            out.append(f"serving {k} removed (was {b_serv[k]})")
+    out += _serving_changes(base.serving if base else {}, cand.serving)
     if base and base.total_bytes and cand.total_bytes and base.total_bytes != cand.total_bytes:
         out.append(f"weights {fmt_bytes(base.total_bytes)} → {fmt_bytes(cand.total_bytes)}")
     if base and base.source_hash != cand.source_hash:

@@ -96,6 +96,19 @@ def _worst_ratio(metrics: list[MetricResult]) -> float | None:
     return min(vals) if vals else None
 
 
+def _replicate_means(results: dict) -> list[tuple[str, float, int]]:
+    """(replicate.<score>, mean, replicate) straight from the item results, every score; errored items left out."""
+    out = []
+    for k, rs in results.items():
+        scores: dict[str, list[float]] = {}
+        for r in rs:
+            if r.error is None:
+                for sk, sv in r.scores.items():
+                    scores.setdefault(sk, []).append(sv)
+        out += [(f"replicate.{sk}", sum(v) / len(v), k) for sk, v in scores.items() if v]
+    return out
+
+
 def _run_params(rm: RunManifest | None) -> dict[str, str]:
     if rm is None:
         return {}
@@ -193,14 +206,8 @@ class _Uploader:
             for m in b.suite_metrics(ref, suite) if ref else []:
                 n = key(metric_name(m))
                 metrics += [(f"{n}.mean", m.baseline_mean, 0)] + [(f"{n}.replicate_mean", v, i) for i, v in enumerate(m.baseline_spread)]
-        if run is not None:  # replicate means straight from the item results, every score
-            for k, rs in run.results.items():
-                scores: dict[str, list[float]] = {}
-                for r in rs:
-                    if r.error is None:
-                        for sk, sv in r.scores.items():
-                            scores.setdefault(sk, []).append(sv)
-                metrics += [(f"replicate.{sk}", sum(v) / len(v), k) for sk, v in scores.items() if v]
+        if run is not None:
+            metrics += _replicate_means(run.results)
         _log(self.c, rid, metrics, _run_params(run.manifest if run else None) | {"suite": suite, "build_id": bid})
         parquet = self.s.items.get((bid, suite))
         if parquet is not None:

@@ -138,7 +138,7 @@ class Suite(ABC):
             return self.score(item, response)
         except InfraError:  # e.g. no sandbox: not the model's fault, so never a scored failure
             raise
-        except Exception as e:  # a scorer bug must not kill a run; it is a scored failure with the reason
+        except Exception as e:  # noqa: BLE001 -- a scorer bug must not kill a run; it is a scored failure with the reason
             return Score(values={self.primary_metric: 0.0}, reason=f"scorer error: {type(e).__name__}: {e}")
 
 

@@ -119,8 +119,8 @@ def _scan(p: dict, a: str) -> tuple[str, list[str]]:
     if t == "mean":
         word, op = {"gt": ("greater than", ">"), "lt": ("less than", "<")}[p["v"]]
         times, mult = {1: ("", ""), 2: ("twice ", "2 * "), 3: ("three times ", "3 * ")}[p["x"]]
-        return (f"returns the index of the first element of {a} {word} {times}the mean of the elements before it, "
-                "or -1 if there is none",
+        return ((f"returns the index of the first element of {a} {word} {times}the mean of the elements before it, "
+                 "or -1 if there is none"),
                 ["total = 0", f"for i, x in enumerate({a}):", f"    if i > 0 and x {op} {mult}total / i:",
                  "        return i", "    total += x", "return -1"])
     if t == "runs":

@@ -22,7 +22,7 @@ _LEAK = re.compile("|".join(re.escape(t) for t in {*MARKUP, *SPECIAL_TOKENS, "<|
 
 def has_repetition_loop(text: str, min_unit: int = 4, repeats: int = 4) -> bool:
     """True when some unit of >= min_unit chars repeats >= `repeats` times back to back."""
-    return bool(re.search(r"(.{%d,}?)\1{%d,}" % (min_unit, repeats - 1), text, re.DOTALL))
+    return bool(re.search(rf"(.{{{min_unit},}}?)\1{{{repeats - 1},}}", text, re.DOTALL))
 
 
 def hygiene(response: Response) -> dict[str, float]:

@@ -41,6 +41,7 @@ def test_drafter_is_committed_next_to_the_target():
     assert "Scores on the test split" in card and "Speculative decoding" in card
 
 
+@pytest.mark.slow
 def test_training_script_smoke(tmp_path):
     root = Path(__file__).resolve().parents[2]
     r = subprocess.run([sys.executable, str(root / "scripts/train_reference_model.py"), "--smoke", "--threads", "1",

@@ -23,6 +23,7 @@ def models():
     return target, draft, tok
 
 
+@pytest.mark.slow
 def test_a_drafter_that_is_always_right_reaches_the_cap(models):
     # the target as its own drafter accepts every drafted token: the measure must equal the cap computed from
     # the answers' lengths (a wrong cap formula, or a measure that drops the prefill token or the EOS, differs)

@@ -6,6 +6,7 @@ Each runs the real CLI in a subprocess, so exit codes, stderr and what lands on 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -93,9 +94,12 @@ def test_a_hanging_server_costs_the_configured_bound(bf16_build, tmp_path):
 def test_an_unreachable_endpoint_fails_fast_with_one_line(bf16_build, tmp_path):
     wd = _workdir(bf16_build, tmp_path)
     dead = f"http://127.0.0.1:{free_port()}"
-    r, secs = _eval(wd, bf16_build, dead, "--suites", "toolcall", "--limit", "2", "--replicates", "1")
+    r, _ = _eval(wd, bf16_build, dead, "--suites", "toolcall", "--limit", "2", "--replicates", "1")
     assert r.returncode == 3, r.stderr
     lines = _error_lines(r.stderr)
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith("error:") and dead in lines[0] and "/health" in lines[0] and "fix:" in lines[0]
-    assert secs < 12, secs
+    # gave up at the unreachable bound (5 s), not the ready timeout (60 s): the process's own wait, which leaves out
+    # its start-up (imports), so the bound holds on a loaded machine too
+    waited = int(re.search(r"did not answer within (\d+)s", lines[0]).group(1))
+    assert waited < 30, lines[0]

@@ -93,10 +93,13 @@ def test_temp_files_have_unique_names_so_concurrent_writers_never_collide(tmp_pa
     assert target.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() makes it: readable by others as before
 
 
+HANG_S = 60  # how long the server sits on each request
+
+
 def _interrupt(bf16_build, tmp_path, sig: int) -> tuple[int, str, float, Path]:
     wd = _workdir(bf16_build, tmp_path)
     args = ["--suites", "toolcall", "--limit", "4", "--replicates", "1"]
-    with BadServer("hang", hang_s=60) as srv:
+    with BadServer("hang", hang_s=HANG_S) as srv:
         cmd = [sys.executable, "-m", "qverify", "--workdir", str(wd), "eval", bf16_build.manifest.build_id,
                "--backend", "endpoint", "--endpoint", srv.url, *args]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -117,7 +120,8 @@ def test_sigterm_and_ctrl_c_stop_in_seconds_with_one_line_saying_how_to_resume(b
     for sig, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
         rc, err, secs, wd = _interrupt(bf16_build, tmp_path / sig.name, sig)
         lines = [ln for ln in err.splitlines() if ln.strip()]
-        assert rc == code and secs < 10, (sig, rc, secs, err)
+        # well before the hanging answers would come: a signal that waited for them fails (no absolute wall time)
+        assert rc == code and secs < HANG_S / 3, (sig, rc, secs, err)
         assert len(lines) == 1 and "resume with `qverify --workdir" in lines[0], err
         assert "Traceback" not in err and "a bug" not in err
         # resumable: the same command against a server that answers finishes the run

@@ -48,6 +48,7 @@ def _mvn_any_crossing(fr: np.ndarray, crit: np.ndarray) -> float:
     return 1 - mvn.cdf(crit)
 
 
+@pytest.mark.slow
 def test_nominal_levels_spend_alpha_over_the_joint_law():
     """The chance of any crossing is alpha (multivariate normal, not the recursion), while the nominal levels
     add up to more than alpha: the union bound, which uses the spending increments as levels, is what they

@@ -113,6 +113,7 @@ def test_a_failed_build_gets_no_more_rounds(tmp_path):
     assert "INCONCLUSIVE" in verdicts.values()  # longctx was left undecided, not run on
 
 
+@pytest.mark.slow
 def test_undecided_suites_get_the_next_round_decided_ones_stop(tmp_path):
     """coding (stable, identical builds) PASSes early; longctx (noisy) needs more items; each look is kept."""
     rng = np.random.default_rng(2)
@@ -173,6 +174,7 @@ def test_a_finite_source_is_exhausted_and_said_so(tmp_path):
     assert [lk.requests for lk in looks] == [600, 900, 1800, 2700, 3600, 4500, 5400, 6300][: len(looks)]
 
 
+@pytest.mark.slow
 def test_a_time_budget_runs_the_rounds_that_fit_at_the_last_rounds_pace(tmp_path):
     """Each new item costs 0.05 s per build on a fake clock. Round 1 (coding + longctx, 300 each, 2 builds)
     costs 60 s and decides coding; a round of longctx alone then costs 30 s, so rounds 2 and 3 fit a 125 s
@@ -202,6 +204,7 @@ def _noisy_longctx_keeps_the_sequence_going():
     return np.full(NMAX, 0.5)  # unseeded coin flips on identical builds: undecided for several looks
 
 
+@pytest.mark.slow
 def test_a_suite_refused_at_a_look_keeps_the_build_from_passing(tmp_path):
     """Issue 29: the candidate gets every coding item wrong, and 22% of its coding requests error, so the gate
     refuses coding (over the 2% error budget) and it has no metric rows; longctx needs more looks. The old

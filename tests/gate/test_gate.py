@@ -112,6 +112,7 @@ def _metric(report: GateReport, name: str, cand: int = 0):
     return next(m for m in report.candidates[cand].metrics if m.metric == name)
 
 
+@pytest.mark.slow
 def test_no_effect_passes_small_never_fails_large_fails(wd):
     r = _gate(wd, "base", ["aa", "small", "large"], ["coding", "toolcall"])
     aa, small, large = r.candidates
@@ -128,6 +129,7 @@ def test_no_effect_passes_small_never_fails_large_fails(wd):
     assert m.noise_band > 0 and m.details["noise_sd"] == m.noise_band  # the run-to-run SD is reported
 
 
+@pytest.mark.slow
 def test_default_suites_are_the_configured_ones_the_baseline_ran(wd):
     r = run_gate(wd, "base", ["aa"], config=QVerifyConfig())
     assert r.config["suites"] == ["coding", "toolcall"] and r.verdict == "PASS"
@@ -241,6 +243,7 @@ def _cli(wd: Path, *args: str) -> subprocess.CompletedProcess:
                           check=False, capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_exit_codes_json_and_table(wd):
     p = _cli(wd, "--baseline", "base", "--candidate", "aa", "--suites", "coding,toolcall", "--json")
     assert p.returncode == 0, p.stderr
@@ -253,6 +256,7 @@ def test_cli_exit_codes_json_and_table(wd):
     assert p.returncode == 4 and "go together" in p.stderr
 
 
+@pytest.mark.slow
 def test_cli_takes_a_build_as_a_directory_or_a_recipe_name(wd, tmp_path):
     """One resolver (Workdir.resolve_build) for every command: the gate takes build directories (it used to refuse
     them: "its build.json says build_id ... the build dir was renamed or copied") and recipe names, and decides

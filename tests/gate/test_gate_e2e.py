@@ -10,7 +10,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_gate_recipe_builds_evaluates_and_gates_with_json_on_stdout(tmp_path):
     (tmp_path / "qverify.toml").write_text(
         'suites = ["coding", "toolcall", "kld"]\nreplicates = 2\nlimit = 12\nreport = false\n')

@@ -65,6 +65,7 @@ SEQ_LIMIT = 0.05 + 3 * np.sqrt(0.05 * 0.95 / SEQ_TRIALS)  # 0.060
 # Under 10 looks at Delta = -tol the per-look bound reads FAIL 0.048 / PASS 0.046 at coupling 0 (40,000 trials,
 # benchmarks/gate_t_accuracy.py; 0.053 / 0.053 with the sample's own skewness, before rule v2.1). The 3-SE allowance
 # (0.060) is for this test's 4,000 trials; the naive looks exceed it.
+@pytest.mark.slow
 @pytest.mark.parametrize("model,damage,coupling", [("noisy", "diffuse", 0.0), ("stable", "concentrated", 0.9)])
 def test_error_control_under_sequential_looks(oc, model, damage, coupling):
     """Ten looks at Delta = -tol, 4,000 trials: with the group-sequential levels the chance of a PASS at any
@@ -80,6 +81,7 @@ def test_error_control_under_sequential_looks(oc, model, damage, coupling):
     assert np.mean(pa < len(looks)) > SEQ_LIMIT and np.mean(fa < len(looks)) > SEQ_LIMIT
 
 
+@pytest.mark.slow
 def test_false_fail_of_a_family_under_sequential_looks(oc):
     """Four metrics at their margins, each FAIL test at the levels of alpha / 4 (the first Holm step, all the
     build's FAIL needs): the chance that any FAILs at any of 10 looks stays <= alpha."""

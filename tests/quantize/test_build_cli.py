@@ -119,6 +119,7 @@ def _qverify(args, **kw):
     return [sys.executable, "-m", "qverify", *args]
 
 
+@pytest.mark.slow
 def test_disk_full_leaves_nothing(tiny_model, wd):
     """Disk full, emulated with RLIMIT_FSIZE (EFBIG on the first large write; needs no root or tmpfs): exit 3."""
 
@@ -132,6 +133,7 @@ def test_disk_full_leaves_nothing(tiny_model, wd):
     assert no_builds(wd)
 
 
+@pytest.mark.slow
 def test_killed_build_never_looks_valid(tiny_model, wd, capsys):
     from qverify.quantize.build import clean_stale
 

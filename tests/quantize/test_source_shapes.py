@@ -8,9 +8,12 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from qverify.quantize.shapes import check_shapes
 
 
+@pytest.mark.slow
 def test_a_config_that_lies_about_shapes_exits_4_naming_config_json(tiny_model_dir, tmp_path):
     src = tmp_path / "model"
     shutil.copytree(tiny_model_dir, src)

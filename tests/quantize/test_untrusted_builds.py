@@ -88,6 +88,7 @@ def test_build_id_that_climbs_is_refused_and_nothing_is_written_outside(built, t
     assert not (tmp_path / "a" / "escape").exists() and not (wd / "runs").exists()
 
 
+@pytest.mark.slow
 def test_recipe_name_that_climbs_is_refused(tiny_model, tmp_path):
     text = (Path(__file__).resolve().parents[2] / "qverify/quantize/recipes/bf16.yaml").read_text()
     (tmp_path / "r.yaml").write_text(f"name: ../../published\n{text}")

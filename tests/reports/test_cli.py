@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import socket
 
+import pytest
+
 from qverify.cli import main
 
 
@@ -29,6 +31,7 @@ def test_compare_json(workdir, uploaded, capsys):
     assert rows[0]["rank"] == 1 and rows[0]["recipe"] == "fp8kv_nvfp4shared" and rows[-1]["verdict"] == "FAIL"
 
 
+@pytest.mark.slow
 def test_dead_server_is_exit_3_with_replay(workdir, capsys):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

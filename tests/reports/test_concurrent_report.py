@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from .conftest import REPO
 from .fixtures import make_gate
 
@@ -31,6 +33,7 @@ def _until(cond, within_s: float) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_two_reports_of_one_gate_make_one_run(tmp_path):
     """The first is frozen (SIGSTOP) once its report is staged, mid-upload; the second starts then. It must wait
     for the first (before: it rebuilt the folder under it and uploaded a second run), then find the gate uploaded."""

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .fixtures import make_gate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,6 +22,7 @@ def _report(wd: Path, gate: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
+@pytest.mark.slow
 def test_two_reports_at_once_on_a_fresh_sqlite_store_both_upload(tmp_path):
     wd = tmp_path / "wd"
     make_gate(wd, "g-a", ["fp8kv_nvfp4shared"])
@@ -31,6 +34,7 @@ def test_two_reports_at_once_on_a_fresh_sqlite_store_both_upload(tmp_path):
         assert p.returncode == 0, err  # before: one exited 3 with "duplicate column name" / "Online migration"
 
 
+@pytest.mark.slow
 def test_a_store_that_cannot_be_opened_prints_the_replay_command(tmp_path):
     wd = tmp_path / "wd"
     make_gate(wd, "g-c", ["fp8kv_nvfp4shared"])

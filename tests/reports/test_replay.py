@@ -17,7 +17,7 @@ from rich.console import Console
 from qverify.errors import ExitCode, InfraError
 from qverify.output import Output
 from qverify.reports.publish import report_after_gate
-from qverify.reports.tracking import TrackingError, resolve, session
+from qverify.reports.tracking import TrackingError, ensure_experiment, resolve, session
 from qverify.reports.upload import upload_gate
 
 from .fixtures import make_gate
@@ -69,6 +69,7 @@ def test_report_after_gate_warns_and_returns_3(wd, dead_uri):
     assert "the verdict stands" in text and f"replay with: qverify --workdir {wd} report --gate g-r" in text
 
 
+@pytest.mark.slow
 def test_replay_to_sqlite_loses_nothing(wd):
     res = upload_gate(wd, "g-r")
     assert not res.skipped and not res.superseded
@@ -86,6 +87,7 @@ def test_replay_to_sqlite_loses_nothing(wd):
         assert len(res.suite_runs) == 2 * 4 and client.get_run(res.run_id).info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_partial_upload_is_superseded_and_failed(wd):
     """Make the artifact store unwritable mid-upload (runs exist, artifacts fail), then replay."""
     make_gate(wd, "g-p", ["fp8kv"], model="other-model")
@@ -107,8 +109,10 @@ def test_partial_upload_is_superseded_and_failed(wd):
 
 def test_runs_left_running_by_a_killed_server_are_superseded(wd):
     make_gate(wd, "g-k", ["fp8kv_nvfp4shared"])
-    with session(resolve(wd)) as client:
-        exp = client.get_experiment_by_name("qverify/qverify-tiny").experiment_id
+    target = resolve(wd)
+    with session(target) as client:
+        # made here, not left by an earlier test: the test runs alone too (the fast tier leaves the uploads out)
+        exp = ensure_experiment(client, "qverify/qverify-tiny", target)
         gate = client.create_run(exp, run_name="gate g-k", tags={"qverify.gate_id": "g-k", "qverify.role": "gate"})
         child = client.create_run(exp, tags={"qverify.gate_id": "g-k", "qverify.role": "build", "qverify.build_id": "x",
                                              "mlflow.parentRunId": gate.info.run_id})

@@ -12,10 +12,8 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -26,6 +24,7 @@ from qverify.models import BuildManifest, RunManifest, Sampling
 from qverify.serve import get_backend
 from qverify.serve.openai_http import spec_meta, with_meta_info
 from qverify.serve.profile import resolve_profile
+from tests.stubserver import StubHandler, serving
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-endpoint-secret-77"
@@ -48,17 +47,8 @@ class Remote:
 
 
 def _handler(remote: Remote):
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def _send(self, code: int, obj: dict) -> None:
-            body = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    class H(StubHandler):
+        _send = StubHandler.send_json
 
         def _authorized(self) -> bool:
             remote.hits.append(self.path)
@@ -87,7 +77,7 @@ def _handler(remote: Remote):
         def do_POST(self):
             if not self._authorized():
                 return
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = self.read_json()
             choice = {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
             if body.get("return_meta_info"):
                 choice["meta_info"] = {"spec_accept_length": 2.75, "spec_verify_ct": 4, "completion_tokens": 11,
@@ -100,13 +90,9 @@ def _handler(remote: Remote):
 @pytest.fixture
 def remote() -> Iterator[Remote]:
     r = Remote()
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(r))
-    r.port = srv.server_address[1]
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield r
-    srv.shutdown()
-    srv.server_close()
+    with serving(_handler(r)) as srv:
+        r.port = srv.httpd.server_address[1]
+        yield r
 
 
 def attach(tmp_path: Path, url: str, key_env: str | None = "QV_EP_KEY"):

@@ -40,6 +40,7 @@ def _plain_greedy(model, ids: list[int], n: int, eos: int) -> list[int]:
     return seq[len(ids):]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", ["qverify-kernel", "torch-flash"])
 def test_greedy_equals_plain_hf_forward_on_every_held_out_item(tiny, attention, monkeypatch):
     from qverify.serve.embedded import mqa_kernel

@@ -266,6 +266,7 @@ def test_cli_foreground_until_ctrl_c(tmp_path, stand_in):
     assert KEY not in first + out + err
 
 
+@pytest.mark.slow
 def test_cli_reports_a_server_that_dies_mid_run(tmp_path, stand_in):
     make_build(tmp_path)
     r = _cli(tmp_path, "serve", "b-life", "--profile", str(_profile_file(tmp_path, stand_in)),

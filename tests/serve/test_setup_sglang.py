@@ -15,6 +15,7 @@ UNREACHABLE = ("Could not fetch URL", "Failed to establish a new connection", "T
                "Network is unreachable", "No matching distribution found for sglang==")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_sglang_requirements_resolve():
     r = subprocess.run(["bash", str(SCRIPT), "--dry-run"], capture_output=True, text=True, timeout=880, check=False,

@@ -8,13 +8,12 @@ real socket, so lm-eval's own HTTP client, retries and parsing all run.
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from tests.stubserver import StubHandler, serving
 
 # question text (a substring of the prompt) -> answer the stub "model" gives
 ANSWERS = {
@@ -39,18 +38,9 @@ class StubServer:
         return hits[-1] if hits else UNKNOWN  # last hit: few-shot prompts repeat earlier questions
 
 
-def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args) -> None:  # keep pytest output clean
-            pass
-
-        def _send(self, status: int, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+def _handler(server: StubServer) -> type[StubHandler]:
+    class Handler(StubHandler):
+        _send = StubHandler.send_json
 
         def do_GET(self) -> None:
             if self.path.rstrip("/").endswith("/models"):
@@ -59,7 +49,7 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": "not found"})
 
         def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            body = self.read_json()
             server.requests.append({"path": self.path, "body": body})
             if server.fail_status:
                 self._send(server.fail_status, {"error": {"message": "stub failure", "type": "invalid_request_error"}})
@@ -101,13 +91,9 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
 @pytest.fixture(scope="module")
 def stub_openai() -> Iterator[StubServer]:
     server = StubServer(base_url="")
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(server))
-    server.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    t = threading.Thread(target=httpd.serve_forever, daemon=True)
-    t.start()
-    yield server
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(_handler(server)) as running:
+        server.base_url = f"{running.url}/v1"
+        yield server
 
 
 from tests.evals.conftest import bf16_build, eval_workdir  # noqa: F401  (a real build for CLI eval tests)

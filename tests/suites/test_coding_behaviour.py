@@ -116,6 +116,7 @@ def test_generation_reports_dropped_duplicates():
     assert stats["duplicate_behaviour"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("split", "seed"), [("test", 0), ("test", 7), ("validation", 0), ("train", 0)])
 def test_a_split_gives_its_declared_supply_and_no_more(split, seed):
     """The synthetic source is finite: asked for more than a split has, it gives exactly its supply (the gate then
@@ -128,6 +129,7 @@ def test_a_split_gives_its_declared_supply_and_no_more(split, seed):
     assert CodingSuite().items(split, 50, seed) == items[:50]  # extended, never redrawn
 
 
+@pytest.mark.slow
 def test_kld_past_codings_supply_fills_with_tool_items():
     from qverify.suites.coding import SUPPLY
     from qverify.suites.kld import KLDSuite
@@ -139,6 +141,7 @@ def test_kld_past_codings_supply_fills_with_tool_items():
     assert {i.metadata["from"] for i in items[SUPPLY["test"]:]} == {"kld"}  # toolcall-style items past coding's
 
 
+@pytest.mark.slow
 def test_greedy_past_codings_supply_stays_half_coding():
     """greedy's derived tolerance assumes half its items are coding: past coding's supply it stops at 2 x supply
     (the gate reports it exhausted) instead of filling with tool items."""

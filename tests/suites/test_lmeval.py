@@ -80,6 +80,7 @@ def test_unknown_task_is_bad_input():
         get_suite("lmeval:qverify_tiny_q", include_path=str(TASK_DIR)).items()
 
 
+@pytest.mark.slow
 def test_qverify_eval_runs_an_lmeval_task_end_to_end(stub_openai, tmp_path):
     """`qverify eval BUILD --suites lmeval:<task>` through the CLI: the runner hands the suite to lm-eval
     (runs_itself), files it as runs/<build>/lmeval:<task> with lm-eval's per-sample scores, summarises the
