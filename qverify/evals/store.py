@@ -16,6 +16,7 @@ import stat
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 from qverify.errors import BadInput, refuse_special_files
 from qverify.models import ItemResult, RunManifest
@@ -97,7 +98,7 @@ class ReplicateWriter:
     _f: object = field(default=None, repr=False)
     quarantined: int = 0  # lines moved to quarantine_path on open
 
-    def __enter__(self) -> "ReplicateWriter":
+    def __enter__(self) -> Self:
         _, good, bad, end = _scan(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         append = os.O_WRONLY | os.O_APPEND | os.O_CREAT

@@ -182,15 +182,7 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
     seq_id = sequence_id(baseline, candidates, plan)
     state_path = sequence_path(root, seq_id)
     looks = [] if plan.is_fixed else _load(state_path, plan)
-    state = _State.empty(candidates)
-    for lk in looks:
-        state.record(lk)
-    exhausted: set[str] = set(looks[-1].exhausted) if looks else set()
-    have: dict[str, int] = {}  # suite -> items at its latest look
-    reps = {s: plan.replicates for s in plan.suites}  # suite -> replicates per item (grown past an exhausted source)
-    for lk in looks:
-        have.update(lk.items)
-        reps.update(lk.replicates)
+    state, exhausted, have, reps = _resume(looks, candidates, plan)
     levels = plan.levels()
     # the FAIL family of each candidate: its gated metrics at look 1, when every suite is open, and the declared
     # gated metrics of each suite refused then (a suite gated later is tested inside the family, not outside it)
@@ -230,15 +222,7 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
         first_look = not family
         have.update(items)
         reps.update(now)
-        for c in report.candidates:
-            lk.metrics[c.build_id] = {}
-            for m in c.metrics:
-                if m.metric in state.frozen[c.build_id] or not m.gated:  # informational metrics decide nothing
-                    continue
-                lk.metrics[c.build_id][m.metric] = {"verdict": m.verdict, "delta": m.delta, "lo": m.ci_low,
-                                                    "hi": m.ci_high, "n": m.n_items, "result": m.model_dump(mode="json")}
-            rows = {m.metric.split("/", 1)[0] for m in c.metrics}  # a suite with rows was gated (as run_gate says)
-            lk.refused[c.build_id] = {s: _problems_of(s, c.integrity) for s in open_suites if s not in rows}
+        _record_look(lk, report, state, open_suites)
         lk.exhausted = sorted(exhausted)
         if first_look:
             family = _family(lk)
@@ -253,6 +237,33 @@ def run_sequence(root: Path, baseline: str, candidates: list[str], plan: Plan, e
         report = gate(list(looks[-1].items), plan.look_levels(len(looks), family if len(looks) > 1 else
                                                              {c: _declared(plan.suites) for c in candidates}))
     return _final(report, state, looks, plan, seq_id), looks
+
+
+def _resume(looks: list[Look], candidates: list[str], plan: Plan
+            ) -> tuple[_State, set[str], dict[str, int], dict[str, int]]:
+    """A sequence's state after its stored looks: the metrics decided, the exhausted sources, each suite's items
+    at its latest look and its replicates per item (grown past an exhausted source)."""
+    state = _State.empty(candidates)
+    have: dict[str, int] = {}
+    reps = {s: plan.replicates for s in plan.suites}
+    for lk in looks:
+        state.record(lk)
+        have.update(lk.items)
+        reps.update(lk.replicates)
+    return state, set(looks[-1].exhausted) if looks else set(), have, reps
+
+
+def _record_look(lk: Look, report: GateReport, state: _State, open_suites: list[str]) -> None:
+    """What a look decided, per candidate: each gated metric not frozen yet, and the suites the gate refused."""
+    for c in report.candidates:
+        lk.metrics[c.build_id] = {}
+        for m in c.metrics:
+            if m.metric in state.frozen[c.build_id] or not m.gated:  # informational metrics decide nothing
+                continue
+            lk.metrics[c.build_id][m.metric] = {"verdict": m.verdict, "delta": m.delta, "lo": m.ci_low,
+                                                "hi": m.ci_high, "n": m.n_items, "result": m.model_dump(mode="json")}
+        rows = {m.metric.split("/", 1)[0] for m in c.metrics}  # a suite with rows was gated (as run_gate says)
+        lk.refused[c.build_id] = {s: _problems_of(s, c.integrity) for s in open_suites if s not in rows}
 
 
 def _declared(suites: list[str]) -> int:

@@ -95,7 +95,7 @@ async def sse_chat(tokens: TokenQueue, result: asyncio.Future, decode: Callable[
                                                           "function": {"name": m.group(2), "arguments": ""}}]})
     try:
         res: GenResult = await result
-    except Exception as e:  # the stream has started (status 200): report in-band, as OpenAI does
+    except Exception as e:  # noqa: BLE001 - the stream has started (status 200): report in-band, as OpenAI does
         yield f"data: {json.dumps({'error': {'message': f'{type(e).__name__}: {e}', 'type': 'server_error'}})}\n\n"
         yield "data: [DONE]\n\n"
         return
