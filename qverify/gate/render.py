@@ -115,21 +115,19 @@ def compact_lines(report: GateReport, width: int = PLAIN_WIDTH) -> list[str]:
         out.extend(_metric_lines(m, name_w, width) for m in gated)
         if len(c.metrics) > len(gated):
             out.append(f"  ({len(c.metrics) - len(gated)} informational metrics: see gate.json / the report)")
-        if note := seed_note(c):
-            wrap(note, "  note: ", "    ")
-        for note in reference_notes(c):
-            wrap(note, "  note: ", "    ")
-        for w in metric_warnings(c):
-            wrap(w, "  warning: ", "    ")
-        for r in c.integrity:
-            wrap(r, "  refused: ", "    ")
-        if c.verdict != "PASS":
-            for r in _reasons(c):
-                wrap(r, "  • ", "    ")
+        for text, label in _candidate_notes(c):
+            wrap(text, label, "    ")
     if note := family_note(report):
         wrap(note, "family: ", "    ")
     out.append(f"gate {report.gate_id}: {report.verdict}")
     return [ln for chunk in out for ln in chunk.split("\n")]
+
+
+def _candidate_notes(c: CandidateReport) -> list[tuple[str, str]]:
+    """(text, label) for what follows a candidate's metric lines: notes, warnings, refusals, then the reasons."""
+    notes = [(n, "  note: ") for n in filter(None, [seed_note(c), *reference_notes(c)])]
+    notes += [(w, "  warning: ") for w in metric_warnings(c)] + [(r, "  refused: ") for r in c.integrity]
+    return notes + ([(r, "  • ") for r in _reasons(c)] if c.verdict != "PASS" else [])
 
 
 def _reasons(c) -> list[str]:
