@@ -91,14 +91,11 @@ def _files_with(text: str) -> set[str]:
 
 
 def test_one_strict_base():
-    """Every pydantic model with extra="forbid" gets it from qverify.strict (one rule for nan/inf and booleans).
-    capacity/ is another engineer's module: its own bases are listed until they move onto qverify.strict."""
-    capacity = {f for f in _files_with('extra="forbid"') if f.startswith("qverify/capacity/")}
-    assert _files_with('ConfigDict(extra="forbid"') - capacity == {"qverify/strict.py"}
+    """Every pydantic model with extra="forbid" gets it from qverify.strict (one rule for nan/inf and booleans)."""
+    assert _files_with('ConfigDict(extra="forbid"') == {"qverify/strict.py"}
 
 
 def test_the_safetensors_header_is_parsed_in_one_place():
-    """The 8-byte length prefix is read by quantize/manifest.py's read_safetensors_header only (capacity/weights.py:
-    another engineer's, listed until it uses it)."""
+    """The 8-byte length prefix is read by quantize/manifest.py's read_safetensors_header only (capacity too)."""
     readers = _files_with('struct.unpack("<Q"') | _files_with("seek(8)") | _files_with("read(8)")
-    assert readers - {"qverify/capacity/weights.py"} == {"qverify/quantize/manifest.py"}
+    assert readers == {"qverify/quantize/manifest.py"}

@@ -7,17 +7,18 @@ spec-sheet numbers that way.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from qverify.errors import BadInput
 from qverify.registry import unknown_message
+from qverify.strict import Strict
 
 GB = 10**9
 GIB = 2**30
 
 
-class GPU(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class GPU(Strict):
+    model_config = ConfigDict(frozen=True)  # Strict's rules, and hashable
 
     name: str
     hbm_bytes: int

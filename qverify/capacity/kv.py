@@ -11,16 +11,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from qverify.capacity.weights import need, text_config
+from qverify.strict import Strict
 
 KVDtype = Literal["bf16", "fp8"]
 KV_BYTES: dict[str, int] = {"bf16": 2, "fp8": 1}
 
 
-class KVLayout(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class KVLayout(Strict):
+    model_config = ConfigDict(frozen=True)  # Strict's rules, and hashable
 
     kind: Literal["mla", "gqa"]
     layers: int

@@ -10,8 +10,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from qverify.capacity import sglang_pool as sp
 from qverify.capacity.gpus import GB, GIB
 from qverify.capacity.gpus import gpu as gpu_spec
@@ -21,11 +19,10 @@ from qverify.capacity.quantplan import QuantPlan, quant_plan, with_source
 from qverify.capacity.sglang_default import Launch, default_fraction
 from qverify.capacity.weights import LINEAR_CLASSES, WeightsEstimate, estimate_weights, text_config
 from qverify.errors import BadInput
+from qverify.strict import Record  # what the planner computes (Strict's key rule, nan/inf allowed)
 
 
-class KVOption(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class KVOption(Record):
     kv_dtype: str
     bytes_per_token: int  # target model, one replica's worth of one token
     rank_bytes_per_token: int  # what one GPU stores per token, drafter's share included: the divisor of capacity
@@ -35,10 +32,8 @@ class KVOption(BaseModel):
     selected: bool
 
 
-class Margin(BaseModel):
+class Margin(Record):
     """How far the figure is from changing: what a reader needs before quoting it."""
-
-    model_config = ConfigDict(extra="forbid")
 
     spare_tokens: int  # KV tokens beyond the whole sessions
     tokens_per_gib_context: int  # KV tokens each GiB of CUDA context/NCCL over the assumed figure costs
@@ -46,9 +41,7 @@ class Margin(BaseModel):
     one_session_from_fraction: float  # ... that holds one session of the context
 
 
-class CapacityPlan(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class CapacityPlan(Record):
     model: str
     recipe: str
     gpu: str

@@ -12,17 +12,17 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from qverify.capacity.kv import KVDtype
 from qverify.capacity.schemes import SchemeName
 from qverify.capacity.weights import LINEAR_CLASSES
 from qverify.errors import BadInput
 from qverify.registry import unknown_message
+from qverify.strict import Strict
 
 
-class QuantPlan(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class QuantPlan(Strict):
 
     name: str
     kv_dtype: KVDtype = "bf16"

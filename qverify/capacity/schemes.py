@@ -17,15 +17,17 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
+
+from qverify.strict import Strict
 
 SchemeName = Literal["bf16", "fp8", "fp8_tensor", "fp8_block", "nvfp4", "int4_g32", "int4_g128"]
 
 
-class LinearShape(BaseModel):
+class LinearShape(Strict):
     """`count` Linear layers of shape out_features x in_features."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)  # Strict's rules, and hashable
 
     out_features: int
     in_features: int

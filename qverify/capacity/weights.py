@@ -7,22 +7,20 @@ shared experts), Llama-style dense GQA, and Mixtral / Qwen-MoE style experts.
 
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from qverify.capacity.schemes import LinearShape, linear_bytes
 from qverify.errors import BadInput
+from qverify.strict import Strict
 
 # Classes made of Linear layers a recipe can quantize; the rest always stay bf16.
 LINEAR_CLASSES: tuple[str, ...] = ("attention", "dense_mlp", "routed_experts", "shared_experts", "lm_head")
 
 
-class WeightsEstimate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class WeightsEstimate(Strict):
 
     total_bytes: int
     source: Literal["config+recipe", "checkpoint", "override"]
@@ -157,29 +155,16 @@ def estimate_weights(config: dict[str, Any], schemes: dict[str, str]) -> Weights
                            bytes_by_class={c: b for c, b in by_class.items() if b}, schemes=used)
 
 
-def _header(path: Path) -> dict[str, Any]:
-    # safetensors layout: u64 little-endian header length, then that many bytes of JSON
-    with path.open("rb") as f:
-        raw = f.read(8)
-        if len(raw) != 8:
-            raise BadInput(f"{path} is not a safetensors file (too short)", fix="rebuild or re-download the checkpoint")
-        (n,) = struct.unpack("<Q", raw)
-        try:
-            return json.loads(f.read(n))
-        except (ValueError, UnicodeDecodeError):
-            raise BadInput(f"{path} has a corrupt safetensors header", fix="rebuild or re-download the checkpoint") from None
-
-
 def checkpoint_weights(model_dir: Path) -> WeightsEstimate:
     """Exact tensor bytes of every *.safetensors file directly in `model_dir` (headers only)."""
+    from qverify.quantize.manifest import read_safetensors_header
+
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
-        raise BadInput(f"no *.safetensors in {model_dir}", fix="point at a checkpoint directory, or use --config CONFIG.json")
+        raise BadInput(f"no *.safetensors in {model_dir}", fix="point at a checkpoint directory, or use --model-config CONFIG.json")
     by_dtype: dict[str, int] = {}
     for f in files:
-        for name, meta in _header(f).items():
-            if name == "__metadata__":
-                continue
+        for meta in read_safetensors_header(f)[0].values():  # the one parser (quantize/manifest.py)
             begin, end = meta["data_offsets"]
             by_dtype[meta["dtype"]] = by_dtype.get(meta["dtype"], 0) + end - begin
     return WeightsEstimate(total_bytes=sum(by_dtype.values()), source="checkpoint", bytes_by_dtype=by_dtype)
