@@ -123,3 +123,7 @@ def refuse_special_files(paths, what: str, fix: str) -> None:
             continue
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
             raise BadInput(f"{what} {p} is not a regular file (a FIFO, socket or device)", fix=fix)
+
+
+# the one fix text for a build or model that needs its own Python (every command that takes a build accepts both)
+TRUST_FIX = "read that code, then pass --trust-remote-code or set trust_remote_code = true in qverify.toml"

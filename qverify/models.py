@@ -115,11 +115,9 @@ class BuildManifest(Strict):
         alone never turns it on: a build directory someone hands us would otherwise run its Python as root.
         Called before anything of the build is imported; BadInput (exit 4) when needed and not allowed."""
         if self.trust_remote_code and not trusted:
-            from qverify.errors import BadInput
+            from qverify.errors import TRUST_FIX, BadInput
 
-            raise BadInput(f"build {self.build_id} loads its own Python code (trust_remote_code in build.json), "
-                           "which was not allowed", fix="read that code in the build dir, then pass --trust-remote-code "
-                           "or set trust_remote_code = true in qverify.toml")
+            raise BadInput(f"build {self.build_id} runs its own Python (build.json), not allowed here", fix=TRUST_FIX)
         return self.trust_remote_code
 
     def part_hashes(self, part: Literal["target", "drafter"]) -> dict[str, str]:

@@ -54,6 +54,8 @@ def test_the_refusal_names_both_ways_and_each_way_grants_trust(needs_code, tmp_p
     argv = ["--workdir", str(needs_code), "serve", "kimiish", "--dry-run"]
     refused = in_process(argv, capsys)
     assert refused.returncode == 4 and all(w in refused.stderr for w in BOTH), refused.stderr
+    # one line a terminal shows whole (issue 40.6: it ran to about 270 characters)
+    assert len(refused.stderr.strip()) <= 180 and "\n" not in refused.stderr.strip(), refused.stderr
     flag = in_process([*argv, FLAG], capsys)
     assert flag.returncode == 0 and FLAG in flag.stdout, flag.stderr
     (tmp_path / "qverify.toml").write_text("trust_remote_code = true\n")
@@ -72,6 +74,8 @@ def test_qverify_toml_grants_trust_to_verify_build_and_build(argv, needs_code, t
     argv = ["--workdir", str(needs_code), *[str(model) if a == "MODEL" else a for a in argv]]
     refused = in_process(argv, capsys)
     assert refused.returncode == 4 and all(w in refused.stderr for w in BOTH), refused.stderr
+    line = refused.stderr.strip().splitlines()[-1].replace(str(model), "MODEL")
+    assert line.startswith("error: ") and len(line) <= 180, refused.stderr
     (tmp_path / "qverify.toml").write_text("trust_remote_code = true\n")
     granted = in_process(argv, capsys)
     assert "trust_remote_code" not in granted.stderr and FLAG not in granted.stderr, granted.stderr

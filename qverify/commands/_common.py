@@ -13,7 +13,6 @@ from qverify.errors import BadInput
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="qverify.toml to read (default ./qverify.toml)")]
 # the only ways to allow a build's own code: this flag or qverify.toml's trust_remote_code, never build.json.
 # Every command that takes a build accepts both (`trusted` below), so one command line works for them all.
-TRUST_FIX = "read that code, then pass --trust-remote-code or set trust_remote_code = true in qverify.toml"
 TrustOpt = Annotated[bool, typer.Option("--trust-remote-code", help="allow the build's or model's own code (e.g. "
                                         "Kimi's tokenization_kimi.py) where it needs it, as trust_remote_code = true "
                                         "in qverify.toml does; read that code first")]

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qverify.errors import BadInput, InfraError, disk_full, is_disk_full
+from qverify.errors import TRUST_FIX, BadInput, InfraError, disk_full, is_disk_full
 from qverify.models import BuildManifest, content_hash
 from qverify.quantize import eagle3_fp8
 from qverify.quantize import manifest as mf
@@ -177,9 +177,7 @@ def _resolve(recipe, model, drafter, workdir, out, calib_data, calib_samples, ca
     model_dir = check_model_dir(Path(model or default_model_dir()).expanduser(), "model", default=model is None,
                                 allow_quantized=True)
     if needs_remote_code(model_dir) and not trust_remote_code:
-        raise BadInput(f"{model_dir} loads through remote code (auto_map, e.g. Kimi's tokenization_kimi.py)",
-                       fix="read that code, then pass --trust-remote-code or set trust_remote_code = true in "
-                           "qverify.toml (it is recorded in build.json)")
+        raise BadInput(f"{model_dir} runs its own Python (auto_map, e.g. tokenization_kimi.py)", fix=TRUST_FIX)
     config = json.loads((model_dir / "config.json").read_text())
     layout = read_layout(model_dir, config, list(weight_map(model_dir)))  # a wrapper it cannot build: refused here
     shipped = read_shipped(model_dir, config)
