@@ -26,14 +26,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gate_oc_sequence import _bystanders, default_rounds
+from gate_oc_sequence import default_rounds, look_report
 from oc_models import ALPHA, KLD_SELF, TOL
 
 from qverify.gate.boundaries import LookLevels
 from qverify.gate.budget import make_plan, run_sequence
-from qverify.gate.decide import result
-from qverify.gate.rule import Evidence, build_verdict, decide
-from qverify.models import CandidateReport, GateReport
+from qverify.gate.rule import Evidence
+from qverify.models import GateReport
 
 FIT = {"toolcall": (0.119, 0.104), "verifier": (0.068, 0.158), "longctx": (0.212, 0.014)}  # (Var(p), E[p(1-p)])
 SUPPLY = {"coding": 200}
@@ -88,12 +87,7 @@ def one_gate(state: dict[str, float], damage: str, rounds: int, rng: np.random.G
             b, c = data[s]
             k = min(reps.get(s, K), KMAX)
             evs.append(Evidence(f"{s}/m", "higher", TOL, c[:n, :k].mean(1) - b[:n, :k].mean(1), bounded=True))
-        evs += _bystanders() if look.look == 1 else []
-        ds = decide(evs, look.pass_level, None, fail_level=look.fail_level, family=look.family.get("cand"))
-        metrics = [result(x, look.pass_level) for x in ds]
-        verdict, reasons = build_verdict(metrics, {})
-        cand = CandidateReport(build_id="cand", recipe="sim", verdict=verdict, reasons=reasons, metrics=metrics)
-        return GateReport(gate_id=f"look{look.look}", baseline="base", verdict=verdict, candidates=[cand])
+        return look_report(evs, look)
 
     report, looks = run_sequence(root, "base", ["cand"], plan, evaluate, gate)
     return report.verdict, looks[-1].requests

@@ -38,6 +38,17 @@ def default_rounds() -> int:
     return plan_rounds(EMBEDDED, {s: get_suite(s).default_n for s in EMBEDDED}, ALPHA)
 
 
+def look_report(evs: list[Evidence], look: LookLevels) -> GateReport:
+    """One simulated candidate's GateReport at a look, decided by the rule the CLI runs (decide, build_verdict);
+    look 1 adds the bystander suites, so the FAIL family is the default plan's."""
+    evs = evs + (_bystanders() if look.look == 1 else [])
+    ds = decide(evs, look.pass_level, None, fail_level=look.fail_level, family=look.family.get("cand"))
+    metrics = [result(x, look.pass_level) for x in ds]
+    verdict, reasons = build_verdict(metrics, {})
+    cand = CandidateReport(build_id="cand", recipe="sim", verdict=verdict, reasons=reasons, metrics=metrics)
+    return GateReport(gate_id=f"look{look.look}", baseline="base", verdict=verdict, candidates=[cand])
+
+
 def _bystanders() -> list[Evidence]:
     """Clearly better everywhere (d = +0.4 or +0.6, not bounded: the cheap t bound PASSes them at once)."""
     return [Evidence(f"other/m{i}", "higher", TOL, 0.5 + 0.1 * (-1.0) ** np.arange(FIRST)) for i in range(BYSTANDERS)]
@@ -62,12 +73,7 @@ def one_gate(state: dict[str, float], rounds: int, rng: np.random.Generator, roo
 
     def gate(open_suites: list[str], look: LookLevels) -> GateReport:
         evs = [Evidence(f"{s}/m", "higher", TOL, data[s][0][:have[s]], bounded=data[s][1]) for s in open_suites]
-        evs += _bystanders() if look.look == 1 else []
-        ds = decide(evs, look.pass_level, None, fail_level=look.fail_level, family=look.family.get("cand"))
-        metrics = [result(x, look.pass_level) for x in ds]
-        verdict, reasons = build_verdict(metrics, {})
-        cand = CandidateReport(build_id="cand", recipe="sim", verdict=verdict, reasons=reasons, metrics=metrics)
-        return GateReport(gate_id=f"look{look.look}", baseline="base", verdict=verdict, candidates=[cand])
+        return look_report(evs, look)
 
     report, looks = run_sequence(root, "base", ["cand"], plan, evaluate, gate)
     return report.verdict, looks[-1].requests

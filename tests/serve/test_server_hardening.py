@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
 
 import httpx
 import pytest
 
 from tests import parrot
+from tests.serve.embedded_app import embedded_app
 
 KEY = "per-launch-key-for-this-test"
 H = {"Authorization": f"Bearer {KEY}"}
@@ -19,23 +18,8 @@ H = {"Authorization": f"Bearer {KEY}"}
 
 @pytest.fixture(scope="module")
 def url(parrot_dir):
-    import uvicorn
-
-    from qverify.serve.base import free_port
-    from qverify.serve.embedded.model_loader import load_for_serving
-    from qverify.serve.embedded.server import create_app
-
-    app = create_app(load_for_serving(parrot_dir, speculative=False), api_key=KEY)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with embedded_app(parrot_dir, KEY) as (base, _, _):
+        yield base
 
 
 def test_another_local_user_cannot_use_the_server(url):
@@ -49,10 +33,9 @@ def test_another_local_user_cannot_use_the_server(url):
 
 
 def test_the_key_is_made_per_launch_and_never_on_the_command_line(parrot_dir, tmp_path):
+    import qverify.serve.local as local
     from qverify.models import ServingProfile
     from qverify.serve.local import LocalBackend
-
-    import qverify.serve.local as local
 
     starts = []
     for x in (LocalBackend(parrot_dir, None, ServingProfile(), tmp_path) for _ in range(2)):

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests import parrot
+from tests.serve.embedded_app import embedded_app
 
 KEY = "per-launch-key-for-this-test"
 H = {"Authorization": f"Bearer {KEY}"}
@@ -25,23 +26,8 @@ CHAT = "/v1/chat/completions"
 
 @pytest.fixture(scope="module")
 def server(parrot_dir):
-    import uvicorn
-
-    from qverify.serve.base import free_port
-    from qverify.serve.embedded.model_loader import load_for_serving
-    from qverify.serve.embedded.server import create_app
-
-    app = create_app(load_for_serving(parrot_dir, speculative=False), api_key=KEY)
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", port, app
-    srv.should_exit = True
-    thread.join(10)
+    with embedded_app(parrot_dir, KEY) as running:
+        yield running
 
 
 def _chat(i: int, **extra) -> dict:
