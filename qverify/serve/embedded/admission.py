@@ -8,16 +8,13 @@ is always taken so that a prompt longer than the budget still runs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from qverify.serve.embedded.sequence import Prompt, Seq
 
-if TYPE_CHECKING:
-    from qverify.serve.embedded.engine import Engine
 
-
-def take_waiting(engine: Engine) -> tuple[dict[tuple[int, ...], Prompt], list[Seq]]:
-    """Pop the waiting sequences that join now; returns (the new prompts to prefill, by ids; the sequences taken)."""
+def take_waiting(engine) -> tuple[dict[tuple[int, ...], Prompt], list[Seq]]:
+    """The engine's first admission step (Engine._admit; `engine` untyped as in prefix_reads.take_hits: engine.py
+    imports this module). Pops the waiting sequences that join now; returns (the new prompts to prefill, by ids;
+    the sequences taken)."""
     fresh: dict[tuple[int, ...], Prompt] = {}
     admitted: list[Seq] = []
     budget, slots = engine.prefill_tokens, engine.max_batch - len(engine.running)
