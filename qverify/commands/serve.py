@@ -23,7 +23,6 @@ from qverify.commands._common import (
     trusted,
 )
 
-
 DRY_RUN_PORT = 30000  # SGLang's own default --port (srt/arg_groups/arg_utils.py:24)
 
 

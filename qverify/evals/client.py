@@ -147,6 +147,18 @@ def timeouts_for(backend: str, connect_s: float | None = None, read_s: float | N
     return Timeouts(connect_s or d.connect_s, read_s or d.read_s, item_s or d.item_s)
 
 
+@dataclass(frozen=True)
+class _Attempt:
+    """What one POST came back with: an answer, or an error class and how a retry may follow it."""
+
+    err: str | None = None
+    detail: str | None = None
+    response: Response | None = None
+    final: bool = False  # an error no retry fixes (a 4xx): returned at once
+    bad_body: bool = False  # a body that is not a completion: retried once, after the plain backoff
+    wait: float | None = None  # the server's Retry-After, when it sent one
+
+
 class Client:
     # retries 4 and backoff 0.5 s, doubling with jitter: about 7.5 s of waiting in all (0.5 + 1 + 2 + 4), enough to
     # ride out a restarting proxy or a brief 503/429 and far inside every backend's item timeout (DEFAULT_TIMEOUTS).
@@ -192,53 +204,55 @@ class Client:
         err, detail = "connection", None
         for attempt in range(1, self.retries + 2):
             tries[0] = attempt
-            wait = None
-            try:
-                with IN_FLIGHT.share() as held:  # the raw body counts in the process-wide budget until it is parsed
-                    async with self.http.stream("POST", path, json=body) as r:
-                        ok = r.status_code == 200
-                        raw = await read_capped(r, MAX_BODY_BYTES if ok else MAX_ERROR_BODY_BYTES, strict=ok, held=held)
-                    if ok:
-                        resp, bad = _parsed(raw, kind)
-                        raw = b""  # nothing of an answer stays held past its share
-                if ok:
-                    if bad is None:
-                        return CallResult(resp, None, time.perf_counter() - t0, attempt)
-                    err, detail = "bad_response", bad
-                    if attempt >= 2:  # once more in case a proxy cut it short; a broken server stays broken
-                        break
-                    await asyncio.sleep(self.backoff_s)
-                    continue
-                text = raw.decode("utf-8", "replace")
-                detail = text[:300]
-                if r.status_code not in RETRY_STATUS:
-                    err = _classify_400(text) if r.status_code == 400 else f"http_{r.status_code}"
-                    return CallResult(None, err, time.perf_counter() - t0, attempt, detail)
-                err = "http_429" if r.status_code == 429 else "http_5xx"
-                wait = retry_after_s(r)
-            except (httpx.DecodingError, BodyTooLarge) as e:
-                # a body that does not decode (gzip on plain bytes) or is too big: this item's answer is bad,
-                # never a crash of the whole eval; retried once like any bad body
-                err, detail = "bad_response", f"{type(e).__name__}: {e}"[:200]
-                if attempt >= 2:
+            outcome = await self._attempt(path, body, kind)
+            if outcome.response is not None:
+                return CallResult(outcome.response, None, time.perf_counter() - t0, attempt)
+            err, detail = outcome.err, outcome.detail
+            if outcome.final:
+                return CallResult(None, err, time.perf_counter() - t0, attempt, detail)
+            if outcome.bad_body:
+                if attempt >= 2:  # once more in case a proxy cut it short; a broken server stays broken
                     break
                 await asyncio.sleep(self.backoff_s)
                 continue
-            except httpx.TimeoutException as e:
-                err, detail = "timeout", str(e)[:200]
-            except httpx.TransportError as e:
-                err, detail = "connection", f"{type(e).__name__}: {e}"[:200]
             if attempt <= self.retries:
-                if wait is not None:
+                if outcome.wait is not None:
                     # the server said when to come back (429/503 Retry-After): honour it, unless that is past
                     # this item's time budget, where waiting only turns a clear http_429 into a timeout
-                    if time.perf_counter() + wait > deadline:
-                        detail = f"Retry-After {wait:g}s is past the item timeout ({self.timeouts.item_s:g}s): {detail}"[:300]
+                    if time.perf_counter() + outcome.wait > deadline:
+                        detail = (f"Retry-After {outcome.wait:g}s is past the item timeout "
+                                  f"({self.timeouts.item_s:g}s): {detail}")[:300]
                         break
-                    await asyncio.sleep(wait)
+                    await asyncio.sleep(outcome.wait)
                 else:
                     await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
         return CallResult(None, err, time.perf_counter() - t0, tries[0], detail)
+
+    async def _attempt(self, path: str, body: dict[str, Any], kind: str) -> _Attempt:
+        """One POST: its answer, or its error class and whether (and when) a retry may help."""
+        try:
+            with IN_FLIGHT.share() as held:  # the raw body counts in the process-wide budget until it is parsed
+                async with self.http.stream("POST", path, json=body) as r:
+                    ok = r.status_code == 200
+                    raw = await read_capped(r, MAX_BODY_BYTES if ok else MAX_ERROR_BODY_BYTES, strict=ok, held=held)
+                if ok:
+                    resp, bad = _parsed(raw, kind)
+                    raw = b""  # nothing of an answer stays held past its share
+            if ok:
+                return _Attempt(response=resp) if bad is None else _Attempt("bad_response", bad, bad_body=True)
+            text = raw.decode("utf-8", "replace")
+            if r.status_code not in RETRY_STATUS:
+                err = _classify_400(text) if r.status_code == 400 else f"http_{r.status_code}"
+                return _Attempt(err, text[:300], final=True)
+            return _Attempt("http_429" if r.status_code == 429 else "http_5xx", text[:300], wait=retry_after_s(r))
+        except (httpx.DecodingError, BodyTooLarge) as e:
+            # a body that does not decode (gzip on plain bytes) or is too big: this item's answer is bad,
+            # never a crash of the whole eval; retried once like any bad body
+            return _Attempt("bad_response", f"{type(e).__name__}: {e}"[:200], bad_body=True)
+        except httpx.TimeoutException as e:
+            return _Attempt("timeout", str(e)[:200])
+        except httpx.TransportError as e:
+            return _Attempt("connection", f"{type(e).__name__}: {e}"[:200])
 
 
 @dataclass

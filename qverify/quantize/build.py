@@ -18,7 +18,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -276,65 +276,21 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
              trust_remote_code: bool, on_stage, seconds, layout=None, source_digests=None):
     """Write the target (and drafter) into tmp; returns (what the recipe changed, the carried file names,
     {'file::tensor': sha256} of shards hashed while copied)."""
-    from qverify.quantize import compress
-
     rec = loaded.recipe
-    dataset, tokenizer = None, None
+    run = _Run(loaded, calib, None, None, trust_remote_code, on_stage, seconds)
     if calib is not None:
-        with _stage("calibrate", on_stage, seconds):
-            from transformers import AutoTokenizer
-
-            from qverify.quantize.calibration import to_dataset
-
-            tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
-            dataset = to_dataset(calib, tokenizer)
+        run.dataset, run.tokenizer = _calibration_set(run, model_dir)
     summary, carried, copied = [], [], {}
     for which, src, dst in (("target", model_dir, tmp), ("drafter", drafter_dir, tmp / DRAFTER_DIR)):
         if src is None:
             continue
-        stage = getattr(rec, which)
         noise = rec.corrupt.shared_expert_noise if which == "target" and rec.corrupt is not None else None
-        names: list[str] = []
         if which == "target" and shipped is not None:  # a release that ships quantized: layer by layer, streamed
-            from qverify.quantize.shipped_target import build_shipped_target
-
-            with _stage("build target" if stage is None and noise is None else f"oneshot {which}", on_stage, seconds):
-                part, carried, copied = build_shipped_target(tmp, loaded, model_dir, layout, shipped, source_digests,
-                                                             dataset, calib, tokenizer, on_stage)
+            part, carried, copied = _shipped_target(run, tmp, model_dir, shipped, layout, source_digests, noise)
             summary += part
-            qc = json.loads((tmp / "config.json").read_text()).get("quantization_config")
-            if (qc or {}).get("kv_cache_scheme") and _control_k_scale(rec) is not None:  # the badscale control only
-                write_control_scale(tmp, _control_k_scale(rec))
             continue
-        if stage is None and noise is not None:
-            with _stage("noise shared experts", on_stage, seconds):
-                model = compress.load_source(src, trust_remote_code)
-                compress.noise_shared_experts(model, noise, rec.corrupt.seed)
-                model.save_pretrained(dst)
-                del model
-                gc.collect()
-        elif stage is None:
-            with _stage(f"copy {which}", on_stage, seconds):
-                names = copy_model(src, dst)
-        elif which == "drafter" and is_eagle3(json.loads((src / "config.json").read_text())):
-            with _stage("fp8 eagle3 head", on_stage, seconds):
-                summary += eagle3_fp8.quantize_head(src, dst)
-        else:
-            with _stage(f"oneshot {which}", on_stage, seconds):
-                model = compress.load_source(src, trust_remote_code)
-                compress.quantize(model, stage, dataset, calib.seq_len, rec.calibration.pipeline,
-                                  f"{loaded.path}: {which}", processor=tokenizer)
-                if noise is not None:
-                    compress.noise_shared_experts(model, noise, rec.corrupt.seed)
-                counts = mf.module_counts(model)  # before saving: save compresses weights in place
-                compress.save(model, dst)
-                qc = json.loads((dst / "config.json").read_text()).get("quantization_config")
-                summary += mf.quantization_summary(counts, qc, prefix="" if which == "target" else "drafter:")
-                # SGLang needs no KV scale (kv_scales.py): only the badscale control writes one it loads
-                if which == "target" and (qc or {}).get("kv_cache_scheme") and _control_k_scale(rec) is not None:
-                    write_control_scale(dst, _control_k_scale(rec))
-                del model
-                gc.collect()
+        part, names = _write_model(run, which, src, dst, noise)
+        summary += part
         names += carry_files(src, dst)
         if which == "target":
             carried = names
@@ -342,6 +298,92 @@ def _produce(tmp: Path, loaded: LoadedRecipe, model_dir: Path, drafter_dir: Path
             copy_tokenizer(src, model_dir, dst)
     (tmp / "recipe.yaml").write_text(loaded.recipe.resolved_yaml())
     return summary, carried, copied
+
+
+@dataclass
+class _Run:
+    """What every step of `_produce` reads: the recipe, the calibration set and where stages are reported."""
+
+    loaded: LoadedRecipe
+    calib: object
+    dataset: object
+    tokenizer: object
+    trust_remote_code: bool
+    on_stage: OnStage | None
+    seconds: dict[str, float]
+
+    def stage(self, name: str) -> AbstractContextManager[None]:
+        return _stage(name, self.on_stage, self.seconds)
+
+
+def _calibration_set(run: _Run, model_dir: Path) -> tuple[object, object]:
+    """(the calibration dataset, the source's tokenizer)."""
+    with run.stage("calibrate"):
+        from transformers import AutoTokenizer
+
+        from qverify.quantize.calibration import to_dataset
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=run.trust_remote_code)
+        return to_dataset(run.calib, tokenizer), tokenizer
+
+
+def _shipped_target(run: _Run, tmp: Path, model_dir: Path, shipped, layout, source_digests, noise):
+    """The target of a release that ships quantized; returns (its summary, the carried names, the copied digests)."""
+    from qverify.quantize.shipped_target import build_shipped_target
+
+    rec = run.loaded.recipe
+    with run.stage("build target" if rec.target is None and noise is None else "oneshot target"):
+        part, carried, copied = build_shipped_target(tmp, run.loaded, model_dir, layout, shipped, source_digests,
+                                                     run.dataset, run.calib, run.tokenizer, run.on_stage)
+    qc = json.loads((tmp / "config.json").read_text()).get("quantization_config")
+    if (qc or {}).get("kv_cache_scheme") and _control_k_scale(rec) is not None:  # the badscale control only
+        write_control_scale(tmp, _control_k_scale(rec))
+    return part, carried, copied
+
+
+def _write_model(run: _Run, which: str, src: Path, dst: Path, noise) -> tuple[list, list[str]]:
+    """Write one model (target or drafter) of a source release: noised, copied, its EAGLE3 head in fp8, or
+    quantized. Returns (what the recipe changed, the names copied)."""
+    from qverify.quantize import compress
+
+    stage = getattr(run.loaded.recipe, which)
+    if stage is None and noise is not None:
+        with run.stage("noise shared experts"):
+            model = compress.load_source(src, run.trust_remote_code)
+            compress.noise_shared_experts(model, noise, run.loaded.recipe.corrupt.seed)
+            model.save_pretrained(dst)
+            del model
+            gc.collect()
+        return [], []
+    if stage is None:
+        with run.stage(f"copy {which}"):
+            return [], copy_model(src, dst)
+    if which == "drafter" and is_eagle3(json.loads((src / "config.json").read_text())):
+        with run.stage("fp8 eagle3 head"):
+            return eagle3_fp8.quantize_head(src, dst), []
+    with run.stage(f"oneshot {which}"):
+        return _oneshot(run, which, src, dst, stage, noise), []
+
+
+def _oneshot(run: _Run, which: str, src: Path, dst: Path, stage, noise) -> list:
+    """Quantize one model with llm-compressor's oneshot and save it; returns what the recipe changed."""
+    from qverify.quantize import compress
+
+    rec = run.loaded.recipe
+    model = compress.load_source(src, run.trust_remote_code)
+    compress.quantize(model, stage, run.dataset, run.calib.seq_len, rec.calibration.pipeline,
+                      f"{run.loaded.path}: {which}", processor=run.tokenizer)
+    if noise is not None:
+        compress.noise_shared_experts(model, noise, rec.corrupt.seed)
+    counts = mf.module_counts(model)  # before saving: save compresses weights in place
+    compress.save(model, dst)
+    qc = json.loads((dst / "config.json").read_text()).get("quantization_config")
+    # SGLang needs no KV scale (kv_scales.py): only the badscale control writes one it loads
+    if which == "target" and (qc or {}).get("kv_cache_scheme") and _control_k_scale(rec) is not None:
+        write_control_scale(dst, _control_k_scale(rec))
+    del model
+    gc.collect()
+    return mf.quantization_summary(counts, qc, prefix="" if which == "target" else "drafter:")
 
 
 def _control_k_scale(rec) -> float | None:

@@ -69,6 +69,11 @@ def drafter_algorithm(drafter: Path) -> str:
     return "STANDALONE"
 
 
+def _weight_quantization(serving: dict[str, Any]) -> str | None:
+    # the recipe's weight format; a KV-only build is detected from its config.json by SGLang itself
+    return serving.get("weight_quantization") or serving.get("quantization")
+
+
 class _RedactingServer(LaunchedServer):
     """A LaunchedServer whose log never holds the secrets: output is relayed through a masking thread."""
 
@@ -150,8 +155,8 @@ class SGLangBackend(ServerBackend):
 
     def sglang_args(self, node_rank: int = 0) -> list[str]:
         """The launch_server argv for one node, with the API key as a placeholder."""
-        f, m = self.flags, self.manifest
-        serving = m.serving if m else {}
+        f = self.flags
+        serving = self.manifest.serving if self.manifest else {}
         args = [sglang_python(f.python), "-m", "sglang.launch_server",
                 "--model-path", str(self.build_dir), "--served-model-name", self.served_name,
                 "--tp-size", str(self.profile.tp), "--host", self.bind_host, "--port", str(self._port())]
@@ -159,26 +164,47 @@ class SGLangBackend(ServerBackend):
         # profile asks for it; never from build.json or a profile alone
         if self.remote_code or (f.trust_remote_code and self.trust_remote_code):
             args.append("--trust-remote-code")
-        kv = kv_cache_dtype(serving, m.kv_dtype if m else None)
+        args += self._format_args(serving) + self._drafter_args(serving) + self._engine_args()
+        if f.nnodes > 1:
+            args += ["--nnodes", str(f.nnodes), "--node-rank", str(node_rank), "--dist-init-addr", f.dist_init_addr]
+        if self.profile.api_key_env:
+            args += ["--api-key", _SECRET]
+        return args + list(f.extra_args)
+
+    def _format_args(self, serving: dict[str, Any]) -> list[str]:
+        """The build's KV-cache dtype and weight format."""
+        args = []
+        kv = kv_cache_dtype(serving, self.manifest.kv_dtype if self.manifest else None)
         if kv:
             args += ["--kv-cache-dtype", kv]
-        # the recipe's weight format; a KV-only build is detected from its config.json by SGLang itself
-        quant = serving.get("weight_quantization") or serving.get("quantization")
+        quant = _weight_quantization(serving)
         if quant:
             args += ["--quantization", quant]
+        return args
+
+    def _drafter_args(self, serving: dict[str, Any]) -> list[str]:
+        """Speculative decoding with the build's drafter, when it has one and it is wanted."""
+        f = self.flags
         drafter = self.drafter_dir() if f.use_drafter else None
-        if drafter:
-            algo = (f.speculative_algorithm or serving.get("speculative_algorithm") or drafter_algorithm(drafter)).upper()
-            args += ["--speculative-algorithm", algo, "--speculative-draft-model-path", str(drafter)]
-            # SGLang gives the draft the target's --quantization unless told otherwise; a bf16 drafter
-            # next to a compressed-tensors target must say "unquant" or it fails to load.
-            draft_quant = serving.get("draft_model_quantization") or ("unquant" if quant else None)
-            if draft_quant:
-                args += ["--speculative-draft-model-quantization", draft_quant]
-            if f.speculative_num_steps is not None:
-                args += ["--speculative-num-steps", str(f.speculative_num_steps),
-                         "--speculative-eagle-topk", str(f.speculative_eagle_topk),
-                         "--speculative-num-draft-tokens", str(f.speculative_num_draft_tokens)]
+        if not drafter:
+            return []
+        algo = (f.speculative_algorithm or serving.get("speculative_algorithm") or drafter_algorithm(drafter)).upper()
+        args = ["--speculative-algorithm", algo, "--speculative-draft-model-path", str(drafter)]
+        # SGLang gives the draft the target's --quantization unless told otherwise; a bf16 drafter
+        # next to a compressed-tensors target must say "unquant" or it fails to load.
+        draft_quant = serving.get("draft_model_quantization") or ("unquant" if _weight_quantization(serving) else None)
+        if draft_quant:
+            args += ["--speculative-draft-model-quantization", draft_quant]
+        if f.speculative_num_steps is not None:
+            args += ["--speculative-num-steps", str(f.speculative_num_steps),
+                     "--speculative-eagle-topk", str(f.speculative_eagle_topk),
+                     "--speculative-num-draft-tokens", str(f.speculative_num_draft_tokens)]
+        return args
+
+    def _engine_args(self) -> list[str]:
+        """The cache, parser, seed, memory and metrics flags the profile or the command line set."""
+        f = self.flags
+        args = []
         if f.enable_hierarchical_cache:
             args.append("--enable-hierarchical-cache")
             if f.hicache_ratio is not None:
@@ -192,11 +218,7 @@ class SGLangBackend(ServerBackend):
             args.append("--enable-deterministic-inference")
         if f.enable_metrics:
             args.append("--enable-metrics")
-        if f.nnodes > 1:
-            args += ["--nnodes", str(f.nnodes), "--node-rank", str(node_rank), "--dist-init-addr", f.dist_init_addr]
-        if self.profile.api_key_env:
-            args += ["--api-key", _SECRET]
-        return args + list(f.extra_args)
+        return args
 
     def _rendered(self, node_rank: int) -> str | list[str]:
         argv = self.sglang_args(node_rank)

@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import torch
 
+from qverify.serve.embedded.admission import take_waiting
 from qverify.serve.embedded.eagle3_draft import Eagle3Drafter, is_eagle3_head
 from qverify.serve.embedded.prefix_reads import CHUNKED_PREFILL_SIZE, take_hits
 from qverify.serve.embedded.request import (
@@ -147,32 +148,18 @@ class Engine:
 
     # ---- admission: prefill new prompts once, share them ----
     def _admit(self) -> None:
-        fresh: dict[tuple[int, ...], Prompt] = {}
-        admitted: list[Seq] = []
-        budget, slots = self.prefill_tokens, self.max_batch - len(self.running)
-        while self.waiting:
-            s = self.waiting[0]
-            if s.req.max_tokens > 0 and slots <= 0:
-                break
-            key = tuple(s.req.prompt_ids)
-            p = fresh.get(key) or self.prompts.get(key)
-            if p is None or (s.req.prompt_logprobs is not None and p.logp is None and key not in fresh):
-                if fresh and len(key) > budget:
-                    break
-                self._serial += 1
-                p = fresh[key] = Prompt(key, serial=self._serial)
-                budget -= len(key)
-            else:
-                self.stats["shared_prefills"] += 1
-            # every generation request reads its prompt as a radix hit (an echo never hits): prefix_reads.py
-            s.hit = self.reads_fp8_prefix and s.req.prompt_logprobs is None
-            self.waiting.popleft()
-            s.prompt, p.users = p, p.users + 1
-            slots -= s.req.max_tokens > 0
-            admitted.append(s)
+        fresh, admitted = take_waiting(self)
         if not admitted:
             return
         self._admitting = admitted
+        admitted = self._admitting = take_hits(self, self._prefill_fresh(fresh, admitted))
+        self.stats["batches"] += 1
+        self._start(admitted)
+        self._admitting = []
+        self._evict()
+
+    def _prefill_fresh(self, fresh: dict[tuple[int, ...], Prompt], admitted: list[Seq]) -> list[Seq]:
+        """Prefill the new prompts and cache them; answers the sequences whose prompt failed, returns the rest."""
         if fresh:
             failed = self._prefill_each_alone_on_error(
                 list(fresh.values()), {tuple(s.req.prompt_ids) for s in admitted if s.req.prompt_logprobs is not None})
@@ -186,33 +173,34 @@ class Engine:
             self.prompts[p.ids] = p
         for s in admitted:
             self.prompts.move_to_end(s.prompt.ids)
-        admitted = self._admitting = take_hits(self, admitted)
-        self.stats["batches"] += 1
+        return admitted
+
+    def _start(self, admitted: list[Seq]) -> None:
+        """Answer the echo-only sequences; sample the others' first token and start them decoding."""
         starting = [s for s in admitted if s.req.max_tokens > 0]
         for s in admitted:
             if s.req.max_tokens <= 0:
                 s.finish = "length"
                 self._done(s)
-        if starting:
-            logits = torch.stack([s.prompt.last_logits for s in starting])
-            toks = self._sample(starting, logits, torch.zeros(len(starting), dtype=torch.long))
-            for b, (s, t) in enumerate(zip(starting, toks.tolist())):
-                s.draft_pending = [t]
-                if self.eagle is not None:
-                    s.eagle = self.eagle.start(s.prompt.eagle, t)
-                self._emit(s, [t], logits, b)
-                if s.finish is None:
-                    self.running.append(s)
-                    self._running_version += 1
-                else:
-                    self._done(s)
-            if self.running:  # the longest any running sequence can grow: the runners' buffers grow there once
-                most = min(max(s.req.max_tokens for s in self.running), self.max_context) + self.spec_tokens + 1
-                for r in (self.runner, self.draft):
-                    if r is not None:
-                        r.reserve(most)
-        self._admitting = []
-        self._evict()
+        if not starting:
+            return
+        logits = torch.stack([s.prompt.last_logits for s in starting])
+        toks = self._sample(starting, logits, torch.zeros(len(starting), dtype=torch.long))
+        for b, (s, t) in enumerate(zip(starting, toks.tolist())):
+            s.draft_pending = [t]
+            if self.eagle is not None:
+                s.eagle = self.eagle.start(s.prompt.eagle, t)
+            self._emit(s, [t], logits, b)
+            if s.finish is None:
+                self.running.append(s)
+                self._running_version += 1
+            else:
+                self._done(s)
+        if self.running:  # the longest any running sequence can grow: the runners' buffers grow there once
+            most = min(max(s.req.max_tokens for s in self.running), self.max_context) + self.spec_tokens + 1
+            for r in (self.runner, self.draft):
+                if r is not None:
+                    r.reserve(most)
 
     def _prefill_each_alone_on_error(self, prompts: list[Prompt], echo: set[tuple[int, ...]]) -> dict[tuple, Exception]:
         """Prefill together; if that fails, each prompt alone, so only the prompts that fail by themselves fail

@@ -15,6 +15,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from qverify.chatfmt import ARG_BEGIN, CALL_BEGIN
@@ -73,8 +74,7 @@ async def sse_chat(tokens: TokenQueue, result: asyncio.Future, decode: Callable[
     cid = f"chatcmpl-{uuid.uuid4().hex[:12]}"
     yield _chunk(cid, model, {"role": "assistant", "content": ""})
     ids: list[int] = []
-    sent = 0
-    announced: list[str] = []  # call ids whose name went out early
+    progress = _Progress()
     while True:
         item = await tokens.q.get()
         if item is _DONE:
@@ -82,17 +82,8 @@ async def sse_chat(tokens: TokenQueue, result: asyncio.Future, decode: Callable[
         ids.extend(item)
         if not (stream_content or announce_calls):
             continue  # a named/required tool call: nothing goes out before the end
-        text = decode(ids)
-        if stream_content:
-            n = releasable(text, holds)
-            if n > sent:
-                yield _chunk(cid, model, {"content": text[sent:n]})
-                sent = n
-        if announce_calls:
-            for i, m in enumerate(list(_HEADER.finditer(prefill + text))[len(announced):], start=len(announced)):
-                announced.append(m.group(1))
-                yield _chunk(cid, model, {"tool_calls": [{"index": i, "id": m.group(1), "type": "function",
-                                                          "function": {"name": m.group(2), "arguments": ""}}]})
+        for delta in _live_deltas(decode(ids), holds, stream_content, announce_calls, prefill, progress):
+            yield _chunk(cid, model, delta)
     try:
         res: GenResult = await result
     except Exception as e:  # noqa: BLE001 - the stream has started (status 200): report in-band, as OpenAI does
@@ -101,13 +92,44 @@ async def sse_chat(tokens: TokenQueue, result: asyncio.Future, decode: Callable[
         return
     message, finish = finish_message(res)
     content = message.get("content") or ""
-    if stream_content and len(content) > sent:
-        yield _chunk(cid, model, {"content": content[sent:]})
+    if stream_content and len(content) > progress.sent:
+        yield _chunk(cid, model, {"content": content[progress.sent:]})
     if message.get("tool_calls"):
-        deltas = []
-        for i, c in enumerate(message["tool_calls"]):
-            early = i < len(announced) and announced[i] == c["id"]
-            deltas.append({"index": i, "function": {"arguments": c["function"]["arguments"]}} if early else {"index": i, **c})
-        yield _chunk(cid, model, {"tool_calls": deltas})
+        yield _chunk(cid, model, {"tool_calls": _final_call_deltas(message["tool_calls"], progress.announced)})
     yield _chunk(cid, model, {}, finish, usage=usage(res), meta_info=meta(res))
     yield "data: [DONE]\n\n"
+
+
+@dataclass
+class _Progress:
+    """What of the answer went out while its tokens arrived."""
+
+    sent: int = 0  # characters of content
+    announced: list[str] = field(default_factory=list)  # call ids whose name went out early
+
+
+def _live_deltas(text: str, holds: list[str], stream_content: bool, announce_calls: bool, prefill: str,
+                 progress: _Progress) -> list[dict[str, Any]]:
+    """The deltas that the answer so far (`text`) lets out beyond `progress`, which they advance."""
+    deltas: list[dict[str, Any]] = []
+    if stream_content:
+        n = releasable(text, holds)
+        if n > progress.sent:
+            deltas.append({"content": text[progress.sent:n]})
+            progress.sent = n
+    if announce_calls:
+        announced = progress.announced
+        for i, m in enumerate(list(_HEADER.finditer(prefill + text))[len(announced):], start=len(announced)):
+            announced.append(m.group(1))
+            deltas.append({"tool_calls": [{"index": i, "id": m.group(1), "type": "function",
+                                           "function": {"name": m.group(2), "arguments": ""}}]})
+    return deltas
+
+
+def _final_call_deltas(calls: list[dict[str, Any]], announced: list[str]) -> list[dict[str, Any]]:
+    """The last delta's tool calls: only the arguments of a call whose id and name went out early."""
+    deltas = []
+    for i, c in enumerate(calls):
+        early = i < len(announced) and announced[i] == c["id"]
+        deltas.append({"index": i, "function": {"arguments": c["function"]["arguments"]}} if early else {"index": i, **c})
+    return deltas
