@@ -177,7 +177,7 @@ def _resolve(recipe, model, drafter, workdir, out, calib_data, calib_samples, ca
     model_dir = check_model_dir(Path(model or default_model_dir()).expanduser(), "model", default=model is None,
                                 allow_quantized=True)
     if needs_remote_code(model_dir) and not trust_remote_code:
-        raise BadInput(f"{model_dir} runs its own Python (auto_map, e.g. tokenization_kimi.py)", fix=TRUST_FIX)
+        raise BadInput(f"{model_dir} needs remote code (auto_map, e.g. tokenization_kimi.py)", fix=TRUST_FIX)
     config = json.loads((model_dir / "config.json").read_text())
     layout = read_layout(model_dir, config, list(weight_map(model_dir)))  # a wrapper it cannot build: refused here
     shipped = read_shipped(model_dir, config)
