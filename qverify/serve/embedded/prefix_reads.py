@@ -56,27 +56,34 @@ def chunk_starts(prompt_len: int, chunk: int | None) -> list[int]:
 
 
 def take_hits(engine, admitted: list) -> list:
-    """The engine's admission step for radix hits (Engine._admit). Each generation request reads its prompt through the prompt's radix-hit view, computed once per prompt: the
-    cached prefix read back from the pool, the rest prefilled over it. Returns the sequences
-    that go on (one whose view fails is answered with the error)."""
+    """The engine's admission step for radix hits (Engine._admit). Each generation request reads its prompt through
+    the prompt's radix-hit view, computed once per prompt: the cached prefix read back from the pool, the rest
+    prefilled over it. Returns the sequences that go on (one whose view fails is answered with the error)."""
     out = []
     for s in admitted:
-        p = s.prompt
-        m = cached_prefix_len(len(p.ids), engine.backend, engine.eagle is not None) if s.hit and p.hit is None else 0
-        if s.hit and p.hit is None and m == 0:
-            p.hit = p  # nothing a page long to hit: prefilled fresh
-        elif s.hit and p.hit is None:
-            try:
-                kv, logits = engine.runner.extend(p.kv, m, list(p.ids[m:]), torch.tensor([len(p.ids) - m - 1]))
-            except Exception as e:  # noqa: BLE001 - this prompt's own failure, as in _prefill_each_alone_on_error
-                s.done(None, e)
-                p.users -= 1
-                continue
-            engine._serial += 1
-            # the drafter's rows stay the first request's: drafts change how many tokens a step accepts, not which
-            p.hit = Prompt(p.ids, kv, p.draft_kv, p.eagle, logits[0], serial=engine._serial, base=p)
-            engine.stats["prefix_hits"] += 1
+        failed = _read_hit(engine, s.prompt) if s.hit and s.prompt.hit is None else None
+        if failed is not None:
+            s.done(None, failed)
+            s.prompt.users -= 1
+            continue
         if s.hit:
-            s.prompt = p.hit
+            s.prompt = s.prompt.hit
         out.append(s)
     return out
+
+
+def _read_hit(engine, p: Prompt) -> Exception | None:
+    """Sets p.hit, the prompt as a radix hit reads it; returns what that prefill raised, if it did."""
+    m = cached_prefix_len(len(p.ids), engine.backend, engine.eagle is not None)
+    if m == 0:
+        p.hit = p  # nothing a page long to hit: prefilled fresh
+        return None
+    try:
+        kv, logits = engine.runner.extend(p.kv, m, list(p.ids[m:]), torch.tensor([len(p.ids) - m - 1]))
+    except Exception as e:  # noqa: BLE001 - this prompt's own failure, as in _prefill_each_alone_on_error
+        return e
+    engine._serial += 1
+    # the drafter's rows stay the first request's: drafts change how many tokens a step accepts, not which
+    p.hit = Prompt(p.ids, kv, p.draft_kv, p.eagle, logits[0], serial=engine._serial, base=p)
+    engine.stats["prefix_hits"] += 1
+    return None
