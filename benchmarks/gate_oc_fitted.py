@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--seed", type=int, default=353)
-    ap.add_argument("--states", default="zero,half,minus2d,minus2c,minus1")
+    ap.add_argument("--states", default="zero,half,minus2d,minus2c,minus1,minus1d")
+    ap.add_argument("--out", type=Path, default=OUT, help="the results file appended to")
     a = ap.parse_args(argv)
     rng = np.random.default_rng(a.seed)
     rounds = default_rounds()
@@ -106,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
               "minus2c": ("toolcall -2 tol, concentrated", {"toolcall": -2.0}, "concentrated", 1),
               "minus1": ("toolcall -tol, concentrated (level)", {"toolcall": -1.0}, "concentrated", 2),
               "minus1d": ("toolcall -tol, diffuse (level)", {"toolcall": -1.0}, "diffuse", 2)}
-    OUT.parent.mkdir(exist_ok=True)
-    with open(OUT, "a") as f:
+    a.out.parent.mkdir(exist_ok=True)
+    with open(a.out, "a") as f:
         f.write(f"\n# gate_oc_fitted.py {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, seed {a.seed}: "
                 f"{rounds} looks of {FIRST} items (coding 200 then replicates), run_sequence per trial\n"
                 "| true state | P(PASS) | P(FAIL) | median requests | trials |\n|---|---|---|---|---|\n")
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         line = (f"| {label} | {np.mean(v == 'PASS'):.3f} | {np.mean(v == 'FAIL'):.3f} | {np.median(req):.0f} | "
                 f"{len(v)} |")
         print(line, f"({time.time() - t0:.0f} s)", flush=True)
-        with open(OUT, "a") as f:
+        with open(a.out, "a") as f:
             f.write(line + "\n")
     return 0
 
