@@ -45,6 +45,16 @@ def stopped_then_fixed(cfg, tmp_path) -> None:
         assert sum(_spent(t).values()) == pytest.approx(ALPHA)
 
 
+def request_budget_of_three_rounds_then_fixed(cfg, tmp_path) -> None:
+    """(b) with a request budget that buys 3 rounds: that plan is 3 looks and spends all of alpha by its last, so
+    `--fixed` on the grown runs is refused."""
+    with rs.trial(17, -TOL, cfg, tmp_path) as t:
+        t.gate(budget=str(3 * rs.first_items(cfg) * cfg.replicates * 2))
+        assert t.codes == [2] and t.reports[0].config["sequential"]["plan"]["looks"] == 3
+        t.evaluate(rs.rounds_of(cfg) * rs.first_items(cfg))
+        assert t.gate(fixed=True) == 4 and "is spent" in str(t.reports[1])
+
+
 def fixed_after_deleting_gates(cfg, tmp_path) -> None:
     """(d) A fixed gate spends all of alpha; deleting gates/ and growing the runs leaves the ledger: the next is
     refused (exit 4) and says why."""
@@ -82,7 +92,7 @@ def new_salt_after_a_stop(cfg, tmp_path) -> None:
         assert sum(_spent(t).values()) <= ALPHA + 1e-12
 
 
-ROUTES = [stopped_then_fixed, fixed_after_deleting_gates, copied_runs, new_salt_after_the_end, new_salt_after_a_stop]
+ROUTES = [stopped_then_fixed, request_budget_of_three_rounds_then_fixed, fixed_after_deleting_gates, copied_runs, new_salt_after_the_end, new_salt_after_a_stop]
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=[r.__name__ for r in ROUTES])
