@@ -69,7 +69,7 @@ def one_trial(seed: int, tol: float, cfg, want: set[str]) -> dict[str, list[int]
         with rs.trial(seed, 0.0, cfg) as t:
             t.gate()
             out["a0"] = t.codes
-    return out
+    return {k: v for k, v in out.items() if k in want}
 
 
 def row(key: str, codes: list[list[int]], tol: float) -> str:
