@@ -115,3 +115,18 @@ def test_the_default_route_at_zero_can_pass(cfg, tmp_path):
         rs.run_route(t, "a")
         assert t.codes == [0]
         assert max(_spent(t).values()) <= ALPHA
+
+
+def test_a_gate_refused_for_bigger_runs_does_not_advise_another_workdir(cfg, tmp_path):
+    """A sequence stopped after look 3, gates/ deleted, the same gate again: a new sequence's first round would
+    shrink the runs, and the runner refuses. Its fix advised "or use another --workdir", where no ledger is: a
+    fresh alpha on the same hypothesis (the multiple testing no tool can see). Advised by the tool, it is a route
+    that raises the false-PASS rate, so the gate's rounds advise --fresh only (the ledger stays with the runs)."""
+    with rs.trial(18, -TOL, cfg, tmp_path) as t:
+        first = rs.stopped_budget(t)
+        assert t.gate(**first) == 2
+        rs.shutil.rmtree(t.wd.gates)
+        assert t.gate(**first) == 4
+        refusal = t.reports[-1]
+        assert "another item set" in str(refusal)
+        assert "--fresh" in refusal.fix and "--workdir" not in refusal.fix
