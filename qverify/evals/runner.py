@@ -114,10 +114,13 @@ class EvalPlan:
                 if all(self.store(s.name).done_ids(r) <= ids for r in range(self.replicates)):
                     continue
             if not same and not self.fresh:
-                # `qverify gate` has no --fresh of its own (a gate never discards runs), so name the command
+                # `qverify gate` has no --fresh of its own (a gate never discards runs), so name the command. The
+                # gate's rounds (grow) never advise another workdir: there no ledger counts the looks already taken
+                # (qverify.gate.ledger), so a gate there would test the same hypothesis at a fresh alpha
                 raise BadInput(f"runs/{self.build_id}/{s.name} holds results for another item set, suite version or sampling",
                                fix=f"`qverify eval {self.build_id} --suites {s.name} --fresh` starts that suite over (the old "
-                                   "results are moved aside), or use another --workdir")
+                                   "results are moved aside" + ("; the gate's record of its looks stays)" if self.grow
+                                                                else "), or use another --workdir"))
             if not same:
                 old = self.store(s.name).dir
                 old.rename(old.with_name(f"{old.name}.old-{int(time.time())}"))
