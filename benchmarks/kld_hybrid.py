@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-from qverify.gate import betting
+from qverify.gate import betting, unseen_tail
 from qverify.gate.bounds import paired_bounds
 from qverify.gate.rule import Evidence, measure
 from qverify.suites.kld import KLD_CAP
@@ -47,15 +47,16 @@ LIGHT, TIGHT = 0.66, 0.25  # log-scale SDs of the light candidate models
 
 def sample(model: str, excess: float, n: int, trials: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(own, candidate) per-item capped KL, trials x n: "lognormal 2.0", "pareto 2.5" (tests.synth.kl_draw, the
-    issue-29 rows) or "light" / "tight" with an optional " p=0.01" (a share at the cap) and " own=0"
-    (tests.synth.kl_tail_sample)."""
-    own_zero = model.endswith(" own=0")
-    fam, _, rest = model.removesuffix(" own=0").partition(" ")
+    issue-29 rows) or "light" / "tight" with an optional " p=0.01" (a share at the cap), " at=0.074" (that share at
+    this KL instead) and " own=0" (tests.synth.kl_tail_sample)."""
+    words = model.split()
+    fam, opts = words[0], dict(w.split("=") for w in words[1:] if "=" in w)
     if fam in ("light", "tight"):
-        share = float(rest[2:]) if rest else 0.0
-        return kl_tail_sample(LIGHT if fam == "light" else TIGHT, share, excess, n, trials, rng, own_zero)
+        height = float(opts["at"]) if "at" in opts else None
+        return kl_tail_sample(LIGHT if fam == "light" else TIGHT, float(opts.get("p", 0.0)), excess, n, trials, rng,
+                              "own" in opts, height)
     own = np.minimum(rng.gamma(0.5, KL_SELF / 0.5, (trials, n)), KLD_CAP)
-    cand = kl_draw(fam, float(rest), kl_mean_for(fam, float(rest), excess), (trials, n), rng)
+    cand = kl_draw(fam, float(words[1]), kl_mean_for(fam, float(words[1]), excess), (trials, n), rng)
     return own, np.minimum(cand, KLD_CAP)
 
 
@@ -73,19 +74,20 @@ def passes(own: np.ndarray, cand: np.ndarray) -> dict[str, np.ndarray]:
     """PASS per trial under each construction."""
     ev = Evidence("kld/kld", "lower", KL_TOL, cand - own, bounded=True, scale=KLD_CAP, always_exact=True)
     d = own - cand  # oriented: higher is better
-    bet_b = measure(ev, ALPHA)
-    t_b = paired_bounds(d, KL_TOL, ALPHA, bounded=True, scale=KLD_CAP, always_exact=False)
-    bet, t = bet_b.lower > -KL_TOL, t_b.lower > -KL_TOL
-    out = {"betting": bet, "t": t, "bet c=.99/prior": _bet_p(d, 0.99, 0.01) < ALPHA}
+    bet_p = betting.p_value(d / KLD_CAP, -KL_TOL / KLD_CAP, ALPHA)  # the rule before: betting alone
+    t = paired_bounds(d, KL_TOL, ALPHA, bounded=True, scale=KLD_CAP, always_exact=False).lower > -KL_TOL
+    out = {"old betting": bet_p < ALPHA, "t": t, "bet c=.99/prior": _bet_p(d, 0.99, 0.01) < ALPHA}
     c = own - own.mean(axis=-1, keepdims=True)
     kurt = (c ** 4).mean(-1) / np.maximum((c ** 2).mean(-1), 1e-30) ** 2 - 3
     light_own = (kurt < 20) & (own.max(-1) < KLD_CAP / 2)
-    out["self-KL regime"] = np.where(light_own, t, bet)
+    out["self-KL regime"] = np.where(light_own, t, bet_p < ALPHA)
     no_tail = (cand - own).max(-1) < KLD_CAP / 2
-    bet_p = bet_b.p_pass
-    for w in (0.5, 0.2):
-        t_part = paired_bounds(d, KL_TOL, ALPHA * (1 - w), bounded=True, scale=KLD_CAP, always_exact=False)
-        out[f"hybrid w={w}"] = (bet_p < ALPHA * w) | (no_tail & (t_part.lower > -KL_TOL))
+    t_part = paired_bounds(d, KL_TOL, ALPHA * 0.8, bounded=True, scale=KLD_CAP, always_exact=False)
+    out["t if no tail w=.2"] = (_bet_p(d, betting.CAP, betting._PRIOR_VAR, ALPHA * 0.2) < ALPHA * 0.2) | (
+        no_tail & (t_part.lower > -KL_TOL))
+    out["unseen-tail t"] = unseen_tail.lower_and_p(d, KL_TOL, ALPHA, KLD_CAP)[1] < ALPHA
+    out["new w=.2 (gate)"] = measure(ev, ALPHA).lower > -KL_TOL
+    out["new w=.5"] = unseen_tail.capped_pass(d, KL_TOL, ALPHA, KLD_CAP, bet_share=0.5)[1] < ALPHA
     return out
 
 
@@ -108,7 +110,7 @@ def plan_rates(model: str, excess: float, trials: int, rng: np.random.Generator,
 
     looks = default_rounds()
     levels = nominal_levels(tuple(float(j) for j in range(1, looks + 1)), ALPHA)
-    names = ("betting", "t", "bet c=.99/prior")
+    names = ("old betting", "t", "new (gate)")
     at = {k: [] for k in names}
     for start in range(0, trials, chunk):
         own, cand = sample(model, excess, first * looks, min(chunk, trials - start), rng)
@@ -116,9 +118,9 @@ def plan_rates(model: str, excess: float, trials: int, rng: np.random.Generator,
         hit = {k: np.zeros(len(d), int) for k in names}
         for j, lv in enumerate(levels, 1):
             x = d[:, :first * j]
-            ok = {"betting": betting.p_value(x / KLD_CAP, -KL_TOL / KLD_CAP, lv) < lv,
+            ok = {"old betting": betting.p_value(x / KLD_CAP, -KL_TOL / KLD_CAP, lv) < lv,
                   "t": paired_bounds(x, KL_TOL, lv, bounded=True, scale=KLD_CAP).lower > -KL_TOL,
-                  "bet c=.99/prior": _bet_p(x, 0.99, 0.01, lv) < lv}
+                  "new (gate)": unseen_tail.capped_pass(x, KL_TOL, lv, KLD_CAP)[1] < lv}
             for k in names:
                 hit[k][(hit[k] == 0) & ok[k]] = j
         for k in names:
@@ -143,9 +145,11 @@ def main() -> None:
     rng = np.random.default_rng(a.seed)
     heavy = ["lognormal 1.0", "lognormal 2.0", "pareto 2.5", "pareto 3.5"]
     tails = [f"{m} p={p}" for m in ("light", "tight") for p in (0.0025, 0.005, 0.01, 0.02)]
+    tails += [f"tight p={p} at={v}" for v in (0.049, 0.074) for p in (0.005, 0.01)]
     rows = [(m, e, a.trials) for m in ("light own=0", "light") for e in (0.8, 0.9, 0.0)]
     rows += [("tight", e, a.trials) for e in (0.9, 0.95)]
     rows += [("light p=0.007 own=0", e, a.trials) for e in (0.5, 0.7)]  # one item in 150 at the cap: what c costs
+    rows += [(m, e, a.trials) for m in ("lognormal 2.0", "pareto 2.5") for e in (0.0, 0.5)]  # heavy builds' power
     if not a.quick:
         rows += [(m, 1.0, a.level_trials) for m in ["light own=0", "light", "tight"] + heavy + tails]
         rows += [(f"{m} own=0", 1.0, a.level_trials) for m in tails]
@@ -165,13 +169,12 @@ def main() -> None:
     if a.plan:
         print("\n# the default plan's looks (rounds of 150 kld items, LookLevels' nominal levels): P(PASS by the last "
               "look) (mean look of PASS)\n")
-        print("| model | excess / tol | trials | betting | t | bet c=.99/prior |\n|---|---|---|---|---|---|")
-        plan = [("light own=0", e, a.trials) for e in (0.9, 0.95, 0.98)]
-        plan += [(m, 1.0, a.plan) for m in ("light own=0", "light", "tight p=0.005", "tight p=0.01",
-                                             "light p=0.005 own=0", "pareto 2.5")]
+        print("| model | excess / tol | trials | old betting | t | new (gate) |\n|---|---|---|---|---|---|")
+        plan = [("light own=0", e, a.trials // 2) for e in (0.9, 0.95)]
+        plan += [(m, 1.0, a.plan) for m in ("light own=0", "tight p=0.01", "light p=0.01", "pareto 2.5")]
         for model, e, trials in plan:
             r = plan_rates(model, e * KL_TOL, trials, rng)
-            print(f"| {model} | {e} | {trials} | {r['betting']} | {r['t']} | {r['bet c=.99/prior']} |", flush=True)
+            print(f"| {model} | {e} | {trials} | {r['old betting']} | {r['t']} | {r['new (gate)']} |", flush=True)
 
 
 if __name__ == "__main__":
