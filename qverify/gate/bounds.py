@@ -171,9 +171,8 @@ def paired_bounds(d: np.ndarray, tol: float, alpha: float = ALPHA, bounded: bool
     bounded: d_i lies in [-1, 1] (both sides' per-item values in [0, 1]).
     scale: bounded d_i lie in [-scale, scale] (a capped distance); always_exact: the exact bound decides for every
     sample, not only when few items changed (a capped heavy-tailed distance, whose t bound PASSed 0.08-0.11 at
-    excess = tol with 24 items: docs/gate.md), its PASS side shared with the t bound that prices in a tail the
-    sample did not show (qverify.gate.unseen_tail.capped_pass: the betting bound alone had little power near the
-    margin on light-tailed KL).
+    excess = tol with 24 items: docs/gate.md); the gate's capped distances share its PASS side with a t bound that
+    prices in an unseen tail (qverify.gate.unseen_tail.capped_bounds, which rule.measure calls).
     skew_at_margin=False: Hall's correction with the sample's own skewness (the rule before; benchmarks only).
     The skewness is tilted to the margin only for bounded metrics: their d_i take a few lattice values (j/K),
     all of which a sample shows, so a distribution on the sample's points can stand for the null. A distance
@@ -191,10 +190,6 @@ def paired_bounds(d: np.ndarray, tol: float, alpha: float = ALPHA, bounded: bool
         if exact.any():
             elo, ehi, epp, epf = bounds_and_p(d[exact] / scale, tol / scale, alpha)
             elo, ehi = elo * scale, ehi * scale
-            if always_exact:  # a capped distance: PASS by betting or by the t bound that prices in an unseen tail
-                from qverify.gate.unseen_tail import capped_pass  # (it imports this module's t bound)
-
-                elo, epp = capped_pass(d[exact], tol, alpha, scale)
             lo, hi, p_pass, p_fail = (np.array(x, float, copy=True) for x in (lo, hi, p_pass, p_fail))
             lo[exact], hi[exact], p_pass[exact], p_fail[exact] = elo, ehi, epp, epf
     return Bounds(mean, se, lo, hi, p_pass, p_fail, exact, n, h[4])

@@ -20,9 +20,12 @@ taken on a grid of p (GRID points), the bound and the p-value on the same points
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from qverify.gate.bounds import _hall, _t_bounds, _t_p
+from qverify.gate import betting
+from qverify.gate.bounds import Bounds, _hall, _t_bounds, _t_p, paired_bounds
 
 TAIL = 0.75  # an item below -TAIL * cap is a tail item (7.5x kld/kld's tolerance, 5x the real build's largest item
 # KL); an unseen one is priced in at any height, so TAIL only says which seen items leave the decision to betting:
@@ -55,12 +58,18 @@ def capped_pass(d: np.ndarray, tol: float, alpha: float, cap: float, bet_share: 
                 ) -> tuple[np.ndarray, np.ndarray]:
     """kld/kld's PASS side, (L, p_pass): PASS when the exact betting bound passes at alpha * bet_share or this
     module's bound at alpha * (1 - bet_share), so P(PASS | E d <= -tol) <= alpha (Bonferroni). The betting share
-    keeps PASS within reach of a build that shows a tail (heavy-tailed KL, whose every sample of 150 has one)."""
-    from qverify.gate import betting
-
+    keeps PASS within reach of a build that shows a tail (heavy-tailed KL, most of whose samples of 150 show one)."""
     d = np.asarray(d, float)
     a_bet, a_t = alpha * bet_share, alpha * (1 - bet_share)
     b_lo = betting.lower_bound(d / cap, a_bet) * cap
     b_p = betting.p_value(d / cap, -tol / cap, a_bet)
     t_lo, t_p = lower_and_p(d, tol, a_t, cap)
     return np.maximum(b_lo, t_lo), np.minimum(1.0, np.minimum(b_p / bet_share, t_p / (1 - bet_share)))
+
+
+def capped_bounds(d: np.ndarray, tol: float, alpha: float, cap: float) -> Bounds:
+    """The bounds of a capped distance (rule.measure, always_exact): FAIL from the exact betting bound at alpha
+    (bounds.paired_bounds), PASS from capped_pass."""
+    b = paired_bounds(d, tol, alpha, bounded=True, scale=cap, always_exact=True)
+    lo, p_pass = capped_pass(d, tol, alpha, cap)
+    return replace(b, lower=lo, p_pass=p_pass)
