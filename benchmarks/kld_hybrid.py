@@ -1,27 +1,31 @@
 """kld/kld near its margin (issue 35.5): the exact betting bound against the t bound and candidate constructions.
 
-`python benchmarks/kld_hybrid.py [--trials 4000] [--level-trials 10000] [--n 150 300]` prints one table of
-P(PASS) per model, excess and construction, with the trial count of every rate. kld/kld gates the per-pair KL capped
-at KLD_CAP (0.1 nats), tol 0.01, by the exact betting bound (rule.measure on Evidence(always_exact=True)), because
-the t bound loses its level under heavy-tailed per-item KL. The issue: on light-tailed KL the betting bound has far
-less power near the margin than a t bound (n = 150: 0.45 vs 0.92 at 0.8 tol, 0.03 vs 0.46 at 0.9 tol).
+`python benchmarks/kld_hybrid.py [--trials 4000] [--level-trials 10000] [--n 150 300] [--plan 4000]` prints one
+table of P(PASS) per model, excess and construction, with the trial count of every rate (results/kld_hybrid.txt).
+kld/kld gates the per-pair KL capped at KLD_CAP (0.1 nats), tol 0.01. Its bound was the exact betting bound alone,
+because the t bound loses its level under heavy-tailed per-item KL; on light-tailed KL that bound had far less power
+near the margin than a t bound (issue 35.5: n = 150, 0.45 vs 0.92 at 0.8 tol, 0.03 vs 0.46 at 0.9 tol).
 
 Item models (tests/synth.py: the baseline's own KL Gamma(0.5) with mean KL_SELF; excess is of the capped mean):
 * light own=0: the same with a deterministic baseline (own KL 0, as the embedded engine's; the issue's figures);
 * light: the candidate's per-item KL lognormal with log-scale SD 0.66, the real fp8kv_nvfp4shared build's
   (docs/gate-results.md, "Per-item KL on a real build"); tight: log-scale SD 0.25;
 * heavy (the issue-29 table): lognormal 1.0 / 2.0, Pareto (Lomax) 2.5 / 3.5;
-* candidate-only tail: a share p of the candidate's items at the cap, the rest light (or tight), the baseline
-  light; the light part's mean set so that the capped excess is exactly the given one.
+* candidate-only tail: a share p of the candidate's items at the cap (or at `at` nats), the rest light (or tight),
+  the baseline light; the light part's mean set so that the capped excess is exactly the given one.
 
 Constructions (PASS at one fixed look, alpha 0.05; oriented d = own - candidate, scaled by the cap for betting):
-* betting: the gate's rule (rule.measure, always_exact: betting.p_value at the margin, p_pass < alpha);
-* t: the same Evidence with always_exact=False (Hall-corrected t on the capped d, as paired_bounds computes it);
+* old betting: the rule before issue 35.5 (betting.p_value at the margin, p_pass < alpha);
+* t: the Hall-corrected t bound on the same capped d (paired_bounds, always_exact=False);
 * bet c=.99/prior: betting with the capital share c 0.95 -> 0.99 and s2's prior 0.25 -> 0.01 (both keep Ville);
 * self-KL regime: t when the baseline's own per-item KL looks light (excess kurtosis of its capped values < 20
   and none above cap / 2), betting otherwise: the regime is set by data that do not involve the candidate;
-* hybrid w: PASS if betting passes at alpha w, or (no candidate item above cap / 2 in excess of its baseline and
-  the t bound passes at alpha (1 - w)): Bonferroni, the t part used only when the pooled data show no tail.
+* t if no tail w=.2: betting at alpha / 5, or the t bound at 4 alpha / 5 when no item's excess reaches cap / 2;
+* unseen-tail t: qverify.gate.unseen_tail.lower_and_p alone (the t bound that prices in a tail the sample missed);
+* new w=.2 (gate): rule.measure as the gate runs it (unseen_tail.capped_bounds: betting at alpha / 5 or the
+  unseen-tail t at 4 alpha / 5); new w=.5: the same with alpha split evenly.
+With --plan, the default plan's looks (rounds of 150 kld items at LookLevels' nominal levels, as the budgeted gate
+decides each look): P(PASS by the last look) for old betting, t and the gate's bound.
 """
 
 from __future__ import annotations
