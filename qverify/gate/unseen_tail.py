@@ -4,7 +4,7 @@ kld/kld bounds the per-pair KL capped at `cap`, d_i in [-cap, cap] (oriented: hi
 bound holds its level for every law, and pays for it on every sample: near the margin on light-tailed KL it PASSed
 0.45 where the t bound PASSed 0.92 (150 items, excess 0.8 tol; issue 35.5). The t bound cannot simply replace it: when
 a few of the candidate's items sit at the cap and the rest are light and tight, a sample that misses them looks like
-a light build just inside the margin, and the t bound PASSed 0.10-0.19 at the margin (benchmarks/kld_hybrid.py).
+a light build just inside the margin, and the t bound PASSed 0.10-0.34 at the margin (benchmarks/kld_hybrid.py).
 
 Here the missed tail is priced in. Let p be the share of items below -TAIL cap (the tail) and mu_L the mean of the rest:
 E d >= (1 - p) mu_L - p cap, the tail at its worst (-cap). A sample of n items shows no tail item with probability
