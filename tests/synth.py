@@ -152,6 +152,26 @@ def kl_bounds(family: str, shape: float, excess: float, n: int, trials: int, rng
     return measure(ev, 0.05), m
 
 
+def kl_tail_sample(shape: float, share: float, excess: float, n: int, trials: int, rng: np.random.Generator,
+                   own_zero: bool = False, height: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(baseline own, candidate) per-item KL capped at KLD_CAP, trials x n, for issue 35.5's light and
+    candidate-only-tail models: the candidate's KL lognormal with log-scale SD `shape` (0.66: the real
+    fp8kv_nvfp4shared build's, docs/gate-results.md) except a `share` of its items at `height` (default the cap),
+    the light part's mean set so that the capped excess is `excess`; the baseline's own KL Gamma(0.5) with mean KL_SELF, or 0 (own_zero: a
+    deterministic engine's). Light KL of these shapes reaches the cap with probability < 1e-6, so its capped mean is
+    its mean."""
+    from qverify.suites.kld import KLD_CAP
+
+    base = 0.0 if own_zero else float(np.minimum(np.random.default_rng(0).gamma(0.5, KL_SELF / 0.5, 1_000_000),
+                                                 KLD_CAP).mean())
+    own = np.zeros((trials, n)) if own_zero else np.minimum(rng.gamma(0.5, KL_SELF / 0.5, (trials, n)), KLD_CAP)
+    height = KLD_CAP if height is None else height
+    light = (excess + base - share * height) / (1 - share)
+    with np.errstate(divide="ignore"):  # excess 0 with own_zero: the candidate's KL is 0 too
+        cand = kl_draw("lognormal", shape, light, (trials, n), rng)
+    return own, np.minimum(np.where(rng.random((trials, n)) < share, height, cand), KLD_CAP)
+
+
 # Issue 35.1: a candidate that loses items outright, its errored requests falling on the items it loses.
 NOISY = (0.60, 0.15)  # benchmarks/gate_oc.py's "noisy" model: always right, always wrong; the rest p ~ U(0.15, 0.85)
 

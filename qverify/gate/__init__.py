@@ -4,6 +4,7 @@ metrics     gate-metric declarations (from each suite) and qverify.toml rules
 design      the runner's design -> per-item paired differences (shared seeds, run pairs, F1 jackknife)
 bounds      one-sided bounds: skew-corrected t + exact Clopper-Pearson on discordant items (pure)
 betting     an exact bound on a bounded mean by betting (Waudby-Smith & Ramdas 2023) (pure)
+unseen_tail a capped distance's bounds: betting, and for PASS a t bound that prices in an unseen tail (pure)
 rule        PASS (non-inferiority, intersection-union) / FAIL (Holm) / INCONCLUSIVE, refusals (pure)
 boundaries  group-sequential levels of planned looks: alpha spending on the looks' joint law (pure)
 plan_size   the default request budget, sized from the suites' tolerances (pure)

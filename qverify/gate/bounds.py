@@ -171,7 +171,8 @@ def paired_bounds(d: np.ndarray, tol: float, alpha: float = ALPHA, bounded: bool
     bounded: d_i lies in [-1, 1] (both sides' per-item values in [0, 1]).
     scale: bounded d_i lie in [-scale, scale] (a capped distance); always_exact: the exact bound decides for every
     sample, not only when few items changed (a capped heavy-tailed distance, whose t bound PASSed 0.08-0.11 at
-    excess = tol with 24 items: docs/gate.md).
+    excess = tol with 24 items: docs/gate.md); the gate's capped distances share its PASS side with a t bound that
+    prices in an unseen tail (qverify.gate.unseen_tail.capped_bounds, which rule.measure calls).
     skew_at_margin=False: Hall's correction with the sample's own skewness (the rule before; benchmarks only).
     The skewness is tilted to the margin only for bounded metrics: their d_i take a few lattice values (j/K),
     all of which a sample shows, so a distribution on the sample's points can stand for the null. A distance

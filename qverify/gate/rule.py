@@ -28,6 +28,7 @@ import numpy as np
 
 from qverify.config import ALPHA  # the one default (config.py)
 from qverify.gate.bounds import Bounds, paired_bounds, share_bounds
+from qverify.gate.unseen_tail import capped_bounds
 from qverify.models import MetricResult
 
 Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
@@ -46,7 +47,7 @@ class Evidence:
     gated: bool = True
     bounded: bool = False  # both sides' per-item values in [0, scale]: the exact (betting) bound applies
     scale: float = 1.0  # bounded: d_i in [-scale, scale] (a capped distance's cap)
-    always_exact: bool = False  # the exact bound decides whatever the number of changed items (capped distances)
+    always_exact: bool = False  # a capped distance: qverify.gate.unseen_tail.capped_bounds decides, whatever the data
     share: bool = False  # d_i is 1 where the candidate hit a rare event (kld/broken): Clopper-Pearson decides
     refusal: str | None = None  # INCONCLUSIVE whatever the data say (undefined metric, no tool calls, ...)
     pass_block: str | None = None  # blocks PASS only; a FAIL still stands (e.g. answers cut at max_tokens)
@@ -88,6 +89,8 @@ def measure(ev: Evidence, alpha: float, noise_k: float | None = None) -> Bounds 
     def bounds(d: np.ndarray) -> Bounds:
         if ev.share:
             return share_bounds(ev.sign * d, tol, alpha)
+        if ev.always_exact:  # a capped distance (kld/kld): betting, and for PASS the t bound with an unseen tail
+            return capped_bounds(ev.sign * d, tol, alpha, ev.scale)
         return paired_bounds(ev.sign * d, tol, alpha, ev.bounded, scale=ev.scale, always_exact=ev.always_exact)
 
     if ev.d_pass is None or ev.d_fail is None:
