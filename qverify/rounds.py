@@ -189,8 +189,8 @@ def default_budget(cfg: QVerifyConfig, suites: list[str], n_builds: int) -> int:
     """`qverify gate`'s request budget when none is given, sized from the tolerances (qverify.gate.plan_size)."""
     from qverify.gate.plan_size import default_budget as sized
 
-    tols = {k: v.tolerance for k, v in cfg.thresholds.items()}
-    return sized(suites, _first_look(cfg, suites), cfg.replicates, n_builds, cfg.alpha_per_candidate(n_builds - 1), tols)
+    return sized(suites, _first_look(cfg, suites), cfg.replicates, n_builds, cfg.alpha_per_candidate(n_builds - 1),
+                 cfg.thresholds)
 
 
 def _first_look(cfg: QVerifyConfig, suites: list[str]) -> dict[str, int]:

@@ -268,7 +268,7 @@ def rounds_of(cfg: QVerifyConfig) -> int:
     from qverify.gate.plan_size import plan_rounds
 
     first = rounds._first_look(cfg, [SUITE])
-    return plan_rounds([SUITE], first, cfg.alpha, {k: v.tolerance for k, v in cfg.thresholds.items()})
+    return plan_rounds([SUITE], first, cfg.alpha, cfg.thresholds)
 
 
 def first_items(cfg: QVerifyConfig) -> int:

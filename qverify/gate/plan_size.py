@@ -20,6 +20,8 @@ import math
 
 from scipy import stats as sps
 
+from qverify.config import MetricRule
+
 # per-item SD of d in units of its range: toolcall's item model fitted to the embedded suite's measured per-item
 # variances (benchmarks/gate_oc_fitted.py: p ~ Beta(0.58, 0.29), within-item variance twice gate_oc's "noisy"
 # model's) at Delta = -2 tol, 3 replicates, coupling 0.5, the worse of the two damages: concentrated (random items
@@ -43,18 +45,21 @@ def suite_rounds(tolerances: list[tuple[float, float]], first: int, alpha: float
 
 
 def plan_rounds(suites: list[str], first: dict[str, int], alpha: float,
-                overrides: dict[str, float | None] | None = None) -> int:
-    """J: the most rounds any suite needs (its own gate_metrics; config tolerances win), FAIL family-wise over
-    every gated metric the suites declare (a family like longctx/accuracy@* counts once: it expands later)."""
+                rules: dict[str, MetricRule] | None = None) -> int:
+    """J: the most rounds any suite needs, FAIL family-wise over every gated metric the suites declare (a family
+    like longctx/accuracy@* counts once: it expands later). qverify.toml's [thresholds] apply as the gate applies
+    them (qverify.gate.metrics.apply_rules): a metric the config ungates sizes nothing and leaves the family (the
+    plan counted it before), a glob key and a tolerance of 0 count too."""
+    from qverify.gate.metrics import apply_rules
     from qverify.suites import get_suite
 
-    specs = {s: [m for m in get_suite(s).gate_metrics if m.gated] for s in suites}
+    specs = {s: [r for r in (apply_rules(m, rules or {}) for m in get_suite(s).gate_metrics) if r.gated] for s in suites}
     family = sum(len(v) for v in specs.values())
-    tols = {s: [((overrides or {}).get(m.name) or m.tolerance, m.cap or 1.0) for m in v] for s, v in specs.items()}
+    tols = {s: [(m.tolerance, m.cap or 1.0) for m in v] for s, v in specs.items()}
     return max((suite_rounds(tols[s], first[s], alpha, family) for s in suites), default=1)
 
 
 def default_budget(suites: list[str], first: dict[str, int], replicates: int, n_builds: int, alpha: float,
-                   overrides: dict[str, float | None] | None = None) -> int:
+                   rules: dict[str, MetricRule] | None = None) -> int:
     """Requests for J full rounds of every suite on every build (qverify.gate.budget.make_plan buys J looks)."""
-    return plan_rounds(suites, first, alpha, overrides) * sum(first[s] for s in suites) * replicates * n_builds
+    return plan_rounds(suites, first, alpha, rules) * sum(first[s] for s in suites) * replicates * n_builds

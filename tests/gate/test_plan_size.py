@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats as sps
 
-from qverify.config import QVerifyConfig
+from qverify.config import MetricRule, QVerifyConfig
 from qverify.gate.budget import make_plan
 from qverify.gate.plan_size import MAX_ROUNDS, SEQ_INFLATION, SIGMA, default_budget, plan_rounds, suite_rounds
 from qverify.suites import get_suite
@@ -66,9 +66,22 @@ def test_the_plan_gives_toolcall_the_items_concentrated_damage_needs():
 def test_a_suite_that_needs_few_rounds_does_not_shorten_the_others_looks():
     """The looks are common to all suites (information fraction j/J), so J is the most rounds any suite needs;
     the old budget summed each suite's own rounds and bought their average (3 looks where kld needed 4)."""
-    easy = {"toolcall/exact_call": 0.5, "toolcall/trigger": 0.5}
+    easy = {"toolcall/exact_call": MetricRule(tolerance=0.5), "toolcall/trigger": MetricRule(tolerance=0.5)}
     plan, _ = _plan(["toolcall", "kld"], easy)
     assert plan_rounds(["toolcall"], {"toolcall": 60}, plan.alpha, easy) == 1
     family = sum(m.gated for s in ("toolcall", "kld") for m in get_suite(s).gate_metrics)
     kld = [(m.tolerance, m.cap or 1.0) for m in get_suite("kld").gate_metrics if m.gated]
     assert plan.looks == suite_rounds(kld, 150, plan.alpha, family) > 1
+
+
+def test_the_config_s_thresholds_size_the_plan_as_the_gate_applies_them():
+    """qverify.toml's [thresholds] go through the gate's own apply_rules: a metric the config ungates sizes nothing
+    and leaves the FAIL family, a glob key reaches its metrics, and a tolerance of 0 is no fallback to the suite's
+    (the plan before read exact names' tolerances only: toolcall/trigger ungated still needed its 24 rounds)."""
+    alpha = QVerifyConfig().alpha
+    loose = MetricRule(tolerance=0.5)
+    only_exact = {"toolcall/exact_call": loose, "toolcall/trigger": MetricRule(gate=False)}
+    assert plan_rounds(["toolcall"], {"toolcall": 60}, alpha, only_exact) == 1
+    hygiene_loose = {"verifier/hygiene/*": loose, "verifier/trigger_f1": loose, "verifier/schema_accuracy": loose}
+    assert plan_rounds(["verifier"], {"verifier": 60}, alpha, hygiene_loose) == 1
+    assert plan_rounds(["toolcall"], {"toolcall": 60}, alpha, {"toolcall/exact_call": loose}) > 1  # trigger's 0.03
