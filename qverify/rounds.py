@@ -165,24 +165,32 @@ def _evaluator(wd: Workdir, cfg: QVerifyConfig, baseline: str, candidates: list[
                show_progress: bool, warn):
     """The one way the gate evaluates: each round brings the builds (and greedy/match's twins, on greedy) to their
     items, with the serving profile `qverify eval` resolves. A fixed look evaluates once, to the config's limit."""
-    from qverify.pipeline import EvalSpec, ensure_twins, evaluate_builds, serving_profile
+    from qverify.pipeline import ensure_twins, evaluate_builds, serving_profile
 
     # greedy/match's references (the candidates' twins) are evaluated on greedy alongside the candidates
     twins = ensure_twins(wd, baseline, candidates, trust_remote_code=cfg.trust_remote_code) if "greedy" in suites else []
     serving = serving_profile(cfg.serving)
 
     def evaluate(builds: list[str], want: dict[str, int], reps: dict[str, int]) -> None:
-        # one server session per build and distinct (items, replicates): a suite whose finite source ran out grows
-        # its replicates instead of its items (qverify.gate.budget)
-        for n, r in sorted({(m, reps.get(s)) for s, m in want.items()}, key=lambda x: (x[0], x[1] or 0)):
-            group = [s for s, m in want.items() if m == n and reps.get(s) == r]
-            # 0: a fixed plan's look (Plan.fixed), evaluated to the config's limit as `qverify eval` does
-            spec = (EvalSpec.from_config(cfg, suites=group, serving=serving) if n == 0 else
-                    EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving, replicates=r))
+        for spec in round_specs(cfg, want, reps, serving):
             evaluate_builds(wd, builds, spec, show_progress=show_progress, warn=warn,
                             suites_by_build={t: ["greedy"] for t in twins})
 
     return evaluate, twins
+
+
+def round_specs(cfg: QVerifyConfig, want: dict[str, int], reps: dict[str, int], serving) -> list:
+    """One EvalSpec per distinct (items, replicates) a round asks for, so one server session per build and group: a
+    suite whose finite source ran out grows its replicates instead of its items (qverify.gate.budget)."""
+    from qverify.pipeline import EvalSpec
+
+    specs = []
+    for n, r in sorted({(m, reps.get(s)) for s, m in want.items()}, key=lambda x: (x[0], x[1] or 0)):
+        group = [s for s, m in want.items() if m == n and reps.get(s) == r]
+        # 0: a fixed plan's look (Plan.fixed), evaluated to the config's limit as `qverify eval` does
+        specs.append(EvalSpec.from_config(cfg, suites=group, serving=serving) if n == 0 else
+                     EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving, replicates=r))
+    return specs
 
 
 def default_budget(cfg: QVerifyConfig, suites: list[str], n_builds: int) -> int:

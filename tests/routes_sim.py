@@ -159,16 +159,13 @@ def evaluate_build(wd: Workdir, build: str, spec, world: World) -> None:
 def evaluator(world: World):
     """Stands in for qverify.rounds._evaluator: the same rounds (one EvalSpec per distinct items and replicates, as
     there), evaluated by evaluate_build above."""
-    from qverify.pipeline import EvalSpec, serving_profile
+    from qverify.pipeline import serving_profile
 
     def make(wd, cfg, baseline, candidates, suites, show_progress, warn):
         serving = serving_profile(cfg.serving)
 
         def evaluate(builds: list[str], want: dict[str, int], reps: dict[str, int]) -> None:
-            for n, r in sorted({(m, reps.get(s)) for s, m in want.items()}, key=lambda x: (x[0], x[1] or 0)):
-                group = [s for s, m in want.items() if m == n and reps.get(s) == r]
-                spec = (EvalSpec.from_config(cfg, suites=group, serving=serving) if n == 0 else
-                        EvalSpec.from_config(cfg, suites=group, limit=n, grow=True, serving=serving, replicates=r))
+            for spec in rounds.round_specs(cfg, want, reps, serving):
                 for b in builds:
                     evaluate_build(wd, b, spec, world)
 
