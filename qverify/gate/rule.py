@@ -91,7 +91,7 @@ def measure(ev: Evidence, alpha: float, noise_k: float | None = None) -> Bounds 
             return share_bounds(ev.sign * d, tol, alpha)
         if ev.always_exact:  # a capped distance (kld/kld): betting, and for PASS the t bound with an unseen tail
             return capped_bounds(ev.sign * d, tol, alpha, ev.scale)
-        return paired_bounds(ev.sign * d, tol, alpha, ev.bounded, scale=ev.scale, always_exact=ev.always_exact)
+        return paired_bounds(ev.sign * d, tol, alpha, ev.bounded, scale=ev.scale)
 
     if ev.d_pass is None or ev.d_fail is None:
         return bounds(ev.d)
